@@ -1,0 +1,1 @@
+"""Built-in grids, profiles and sample traces shipped with poa-mc."""

@@ -1,0 +1,80 @@
+"""Per-worker prefix KV cache: LRU at block granularity over shared prefix chains.
+
+A worker caches, for each prefix group g, the leading `pc[r, w, g, 0]` blocks of g's shared
+prefix. Every block of one chain is touched together, so one LRU stamp per chain
+(`pc[.., 1]`) orders blocks exactly, and evicting "the least recently used block" means cutting
+the tail of the chain with the oldest stamp: tail-first eviction, so partial hits happen as in
+Dynamo's block manager. A chain used by an in-flight request is pinned (`pc[.., 2]` counts its
+users) and cannot be evicted. Blocks unique to one request can never hit again, so they are
+held while the request needs them and freed when it releases them rather than kept in the LRU
+(a documented simplification: under cache pressure Dynamo would let them push older prefixes out).
+`wk_i[r, w, WI_USED]` counts every block in use on the worker: chains plus held blocks.
+"""
+
+import numpy as np
+
+from ._ns import Namespace
+from .layout import RI_STAMP, WI_USED
+
+
+def build(jit):
+    @jit
+    def overlap(pc, r, w, g, pfx):
+        n = pc[r, w, g, 0]
+        return n if n < pfx else pfx
+
+    @jit
+    def make_room(pc, wk_i, r, w, n_groups, capacity, need):
+        """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do."""
+        while wk_i[r, w, WI_USED] + need > capacity:
+            best = -1
+            best_stamp = np.int64(0)
+            for g in range(n_groups):
+                if pc[r, w, g, 0] > 0 and pc[r, w, g, 2] == 0:
+                    if best < 0 or pc[r, w, g, 1] < best_stamp:
+                        best = g
+                        best_stamp = pc[r, w, g, 1]
+            if best < 0:
+                return False
+            short = wk_i[r, w, WI_USED] + need - capacity
+            cut = pc[r, w, best, 0]
+            if cut > short:
+                cut = short
+            pc[r, w, best, 0] -= cut
+            wk_i[r, w, WI_USED] -= cut
+        return True
+
+    @jit
+    def acquire(pc, wk_i, rep_i, r, w, g, pfx, held, n_groups, capacity):
+        """Look up the request's prefix, extend its chain to `pfx` blocks and hold `held` more blocks.
+
+        Returns the number of prefix blocks that were already cached, or -1 if the blocks do not
+        fit even after evicting every unpinned chain (nothing is changed then).
+        """
+        hit = overlap(pc, r, w, g, pfx)
+        grow = pfx - pc[r, w, g, 0]
+        if grow < 0:
+            grow = 0
+        if pfx > 0:
+            pc[r, w, g, 2] += 1
+        if not make_room(pc, wk_i, r, w, n_groups, capacity, grow + held):
+            if pfx > 0:
+                pc[r, w, g, 2] -= 1
+            return -1
+        # the eviction above may not touch this pinned chain, so `hit` still holds
+        if pfx > 0:
+            pc[r, w, g, 0] += grow
+            rep_i[r, RI_STAMP] += 1
+            pc[r, w, g, 1] = rep_i[r, RI_STAMP]
+        wk_i[r, w, WI_USED] += grow + held
+        return hit
+
+    @jit
+    def release(pc, wk_i, r, w, g, pfx, held):
+        """The request no longer needs its blocks: unpin its chain (it stays cached), free the rest."""
+        if pfx > 0:
+            pc[r, w, g, 2] -= 1
+        wk_i[r, w, WI_USED] -= held
+
+    return Namespace(overlap=overlap, make_room=make_room, acquire=acquire, release=release)
+

@@ -1,0 +1,341 @@
+"""Prefill passes, decode pass ends and the event loop of one replica (see cluster.py)."""
+
+import math
+
+import numpy as np
+
+from ._ns import Namespace
+from .layout import (
+    F_RATE,
+    F_XFER_LAT,
+    F_XFER_TOK,
+    FLOW_PREFILL_FIRST,
+    OI_CHOSEN,
+    P_ARRIVAL,
+    P_B,
+    P_BUDGET,
+    P_C,
+    P_FLOW,
+    P_G,
+    P_MAXEVENTS,
+    P_MAXSEQ,
+    P_N,
+    P_ND,
+    P_NP,
+    P_PKV,
+    P_POLICY,
+    P_PROF,
+    P_Q,
+    P_RBASE,
+    P_S,
+    P_SEED,
+    P_STREAM,
+    POL_PULL,
+    PROF_POLY,
+    RF_NEXT_ARR,
+    RF_T,
+    RI_DONE_MEAS,
+    RI_EVENTS,
+    RI_FREE_TOP,
+    RI_HEAPN,
+    RI_NOPEN,
+    RI_STATUS,
+    RNG_F_GAP,
+    SF_FIRST,
+    SF_SVC,
+    SF_TPF,
+    SI_ABP,
+    SI_ADMIT,
+    SI_APT,
+    SI_CACHED,
+    SI_CHUNK,
+    SI_CLIENT,
+    SI_DONE,
+    SI_DW,
+    SI_FRESH,
+    SI_GEN,
+    SI_GRP,
+    SI_ISL,
+    SI_KCOUNT,
+    SI_MEAS,
+    SI_NEED,
+    SI_OSL,
+    SI_PFX,
+    SI_PW,
+    SI_STATE,
+    ST_FREE,
+    WF_BUSY,
+    WF_WAKE,
+    WI_AB,
+    WI_APT,
+    WI_MIXED,
+    WI_NRUN,
+    WI_PASS_K,
+    WI_QN,
+    WI_SEG_M,
+)
+
+INF = math.inf
+STATUS_SLOTS = 1
+STATUS_EVENTS = 2
+STATUS_STALL = 3
+
+
+def build(jit, rng, cache, router, heap, cl):
+    rng_client_request_id = rng.client_request_id
+    rng_exponential = rng.exponential
+    rng_replica_key = rng.replica_key
+    cache_acquire = cache.acquire
+    cache_release = cache.release
+    router_fewest_blocks = router.fewest_blocks
+    heap_pop = heap.pop
+    heap_push = heap.push
+    cl_finish = cl.finish
+    cl_hand_to_decode = cl.hand_to_decode
+    cl_new_request = cl.new_request
+    cl_plan_decode = cl.plan_decode
+    cl_prefill_span = cl.prefill_span
+    cl_q_at = cl.q_at
+    cl_q_pop = cl.q_pop
+    cl_q_push = cl.q_push
+    cl_route = cl.route
+    @jit
+    def plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t):
+        """Start a pass on idle prefill worker w: its own queue first, then (pull) the shared queue.
+        Theory profiles take one request per pass and ignore the token budget."""
+        qcap = ip[P_Q]
+        bs = ip[P_B]
+        prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
+        shared = ip[P_NP] + ip[P_ND]
+        pull = (not prefill_first) or ip[P_POLICY] == POL_PULL
+        poly = ip[P_PROF] == PROF_POLY
+        max_seq = ip[P_MAXSEQ] if poly else 1
+        budget = ip[P_BUDGET]
+        n = 0
+        sum_p = np.int64(0)
+        sum_pc = np.int64(0)
+        svc = 0.0
+        while n < max_seq and (budget > 0 or not poly):
+            from_shared = False
+            if n < wk_i[r, w, WI_QN]:
+                s = cl_q_at(queue, wk_i, r, w, n, qcap)
+            elif pull and wk_i[r, shared, WI_QN] > 0:
+                s = cl_q_at(queue, wk_i, r, shared, 0, qcap)
+                from_shared = True
+            else:
+                break
+            if slot_i[r, s, SI_ADMIT] == 0:
+                isl = slot_i[r, s, SI_ISL]
+                pblk = (isl + bs - 1) // bs
+                g = slot_i[r, s, SI_GRP]
+                if prefill_first:
+                    pfx = slot_i[r, s, SI_PFX]
+                    hit = cache_acquire(pc, wk_i, rep_i, r, w, g, pfx, pblk - pfx, ip[P_G], ip[P_PKV])
+                    if hit < 0:
+                        break
+                    slot_i[r, s, SI_CACHED] = hit
+                    slot_i[r, s, SI_NEED] = isl - hit * bs
+                elif cache_acquire(pc, wk_i, rep_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED], ip[P_G],
+                                   ip[P_PKV]) < 0:
+                    break
+                slot_i[r, s, SI_ADMIT] = 1
+                slot_f[r, s, SF_TPF] = t
+                if from_shared:
+                    cl_q_pop(queue, wk_i, r, shared, qcap)
+                    cl_q_push(queue, wk_i, r, w, s, qcap)
+                    slot_i[r, s, SI_PW] = w
+                    meas = slot_i[r, s, SI_MEAS]
+                    if prefill_first and meas >= 0:
+                        out_i[r, meas, OI_CHOSEN] = w
+            rem = slot_i[r, s, SI_NEED] - slot_i[r, s, SI_DONE]
+            chunk = rem
+            if poly and chunk > budget:
+                chunk = budget
+            budget -= chunk
+            slot_i[r, s, SI_CHUNK] = chunk
+            before = slot_i[r, s, SI_ISL] - slot_i[r, s, SI_NEED] + slot_i[r, s, SI_DONE]
+            sum_p += before
+            sum_pc += before + chunk
+            svc += slot_f[r, s, SF_SVC]
+            n += 1
+        wk_i[r, w, WI_PASS_K] = n
+        if n == 0:
+            return
+        if poly:
+            dur = cl_prefill_span(fp, bs * (sum_pc // bs - sum_p // bs))
+        else:
+            dur = svc
+        wk_f[r, w, WF_BUSY] = t + dur
+
+    @jit
+    def prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t):
+        bs = ip[P_B]
+        g = slot_i[r, s, SI_GRP]
+        isl = slot_i[r, s, SI_ISL]
+        pblk = (isl + bs - 1) // bs
+        if ip[P_FLOW] == FLOW_PREFILL_FIRST:
+            pfx = slot_i[r, s, SI_PFX]
+            cache_release(pc, wk_i, r, w, g, pfx, pblk - pfx)
+            wk_i[r, w, WI_APT] -= slot_i[r, s, SI_APT]
+            wk_i[r, w, WI_AB] -= slot_i[r, s, SI_ABP]
+            d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
+            wk_i[r, d, WI_AB] += pblk
+            moved = isl
+        else:
+            cache_release(pc, wk_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED])
+            d = slot_i[r, s, SI_DW]
+            wk_i[r, d, WI_APT] -= slot_i[r, s, SI_APT]
+            moved = slot_i[r, s, SI_NEED]
+        xfer = 0.0
+        if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
+            xfer = fp[F_XFER_LAT] + fp[F_XFER_TOK] * moved
+        cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t + xfer)
+
+    @jit
+    def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t):
+        qcap = ip[P_Q]
+        for i in range(wk_i[r, w, WI_PASS_K]):
+            s = cl_q_at(queue, wk_i, r, w, i, qcap)
+            slot_i[r, s, SI_DONE] += slot_i[r, s, SI_CHUNK]
+            slot_i[r, s, SI_CHUNK] = 0
+        wk_i[r, w, WI_PASS_K] = 0
+        wk_f[r, w, WF_BUSY] = INF
+        while wk_i[r, w, WI_QN] > 0:
+            s = cl_q_at(queue, wk_i, r, w, 0, qcap)
+            if slot_i[r, s, SI_ADMIT] == 0 or slot_i[r, s, SI_DONE] < slot_i[r, s, SI_NEED]:
+                break
+            cl_q_pop(queue, wk_i, r, w, qcap)
+            prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t)
+
+    @jit
+    def decode_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f,
+                   out_i, r, key, d, t):
+        k = wk_i[r, d, WI_SEG_M]
+        wk_f[r, d, WF_BUSY] = INF
+        wk_i[r, d, WI_MIXED] = 0
+        i = 0
+        while i < wk_i[r, d, WI_NRUN]:
+            s = run[r, d, i]
+            chunk = slot_i[r, s, SI_CHUNK]
+            if chunk > 0:
+                slot_i[r, s, SI_DONE] += chunk
+                slot_i[r, s, SI_CHUNK] = 0
+                if slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+                    # a local prefill's last chunk emits the first token at the end of its pass
+                    slot_f[r, s, SF_FIRST] = t
+                    slot_i[r, s, SI_FRESH] = 0
+                    slot_i[r, s, SI_GEN] = 1
+                    wk_i[r, d, WI_APT] -= slot_i[r, s, SI_APT]
+            elif slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+                slot_i[r, s, SI_GEN] += k
+            if slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED] and slot_i[r, s, SI_GEN] >= slot_i[r, s, SI_OSL]:
+                last = wk_i[r, d, WI_NRUN] - 1
+                run[r, d, i] = run[r, d, last]
+                wk_i[r, d, WI_NRUN] = last
+                cl_finish(ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r,
+                          key, s, t)
+            else:
+                i += 1
+
+    @jit
+    def arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key, s, rid, t):
+        cl_new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
+        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, cand, r, key, s, t)
+
+    @jit
+    def simulate_replica(r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i,
+                         rep_f, out_f, out_i, cand):
+        key = rng_replica_key(ip[P_SEED], ip[P_STREAM], ip[P_RBASE] + r)
+        n_p = ip[P_NP]
+        n_w = n_p + ip[P_ND]
+        n_s = ip[P_S]
+        for w in range(n_w + 1):
+            for j in range(wk_i.shape[2]):
+                wk_i[r, w, j] = 0
+            for j in range(wk_f.shape[2]):
+                wk_f[r, w, j] = 0.0
+            wk_f[r, w, WF_BUSY] = INF
+            wk_f[r, w, WF_WAKE] = INF
+        for w in range(n_w):
+            for g in range(ip[P_G]):
+                pc[r, w, g, 0] = 0
+                pc[r, w, g, 1] = 0
+                pc[r, w, g, 2] = 0
+        for j in range(rep_i.shape[1]):
+            rep_i[r, j] = 0
+        for j in range(rep_f.shape[1]):
+            rep_f[r, j] = 0.0
+        for s in range(n_s):
+            slot_i[r, s, SI_STATE] = ST_FREE
+            slot_i[r, s, SI_CLIENT] = s
+            slot_i[r, s, SI_KCOUNT] = 0
+        closed = ip[P_ARRIVAL] == 0
+        if closed:
+            for c in range(ip[P_C]):
+                heap_push(heap_t, heap_c, rep_i, r, 0.0, c)
+        else:
+            for i in range(n_s):
+                queue[r, n_w + 1, i] = n_s - 1 - i
+            rep_i[r, RI_FREE_TOP] = n_s
+            rep_f[r, RF_NEXT_ARR] = rng_exponential(key, 0, RNG_F_GAP * 8, 1.0 / fp[F_RATE])
+        while True:
+            t = INF
+            for w in range(n_w):
+                b = wk_f[r, w, WF_BUSY]
+                if b < t:
+                    t = b
+                if w >= n_p and b == INF and wk_f[r, w, WF_WAKE] < t:
+                    t = wk_f[r, w, WF_WAKE]
+            if closed:
+                if rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] < t:
+                    t = heap_t[r, 0]
+            elif rep_f[r, RF_NEXT_ARR] < t:
+                t = rep_f[r, RF_NEXT_ARR]
+            if t == INF:
+                rep_i[r, RI_STATUS] = STATUS_STALL
+                break
+            rep_f[r, RF_T] = t
+            for w in range(n_p):
+                if wk_f[r, w, WF_BUSY] == t:
+                    prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t)
+            for d in range(n_p, n_w):
+                if wk_f[r, d, WF_BUSY] == t:
+                    decode_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c,
+                               out_f, out_i, r, key, d, t)
+            if rep_i[r, RI_DONE_MEAS] >= ip[P_N]:
+                break
+            if closed:
+                while rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] <= t:
+                    c = heap_pop(heap_t, heap_c, rep_i, r)
+                    kc = slot_i[r, c, SI_KCOUNT]
+                    slot_i[r, c, SI_KCOUNT] = kc + 1
+                    arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key,
+                           c, rng_client_request_id(c, kc), t)
+            else:
+                while rep_f[r, RF_NEXT_ARR] <= t:
+                    top = rep_i[r, RI_FREE_TOP]
+                    if top == 0:
+                        rep_i[r, RI_STATUS] = STATUS_SLOTS
+                        break
+                    rep_i[r, RI_FREE_TOP] = top - 1
+                    s = queue[r, n_w + 1, top - 1]
+                    n = rep_i[r, RI_NOPEN]
+                    rep_i[r, RI_NOPEN] = n + 1
+                    arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key,
+                           s, n, t)
+                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, RNG_F_GAP * 8, 1.0 / fp[F_RATE])
+                if rep_i[r, RI_STATUS] != 0:
+                    break
+            for w in range(n_p):
+                if wk_f[r, w, WF_BUSY] == INF:
+                    plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t)
+            for d in range(n_p, n_w):
+                if wk_f[r, d, WF_BUSY] == INF and (wk_i[r, d, WI_QN] > 0 or wk_i[r, d, WI_NRUN] > 0):
+                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, r, d, t)
+            rep_i[r, RI_EVENTS] += 1
+            if rep_i[r, RI_EVENTS] >= ip[P_MAXEVENTS]:
+                rep_i[r, RI_STATUS] = STATUS_EVENTS
+                break
+
+    return Namespace(plan_prefill=plan_prefill, prefill_end=prefill_end, decode_end=decode_end,
+                     simulate_replica=simulate_replica)

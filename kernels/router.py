@@ -1,0 +1,141 @@
+"""Routing policies over a contiguous range of candidate workers [lo, lo + k).
+
+The router decides from its own bookkeeping, as Dynamo's does: per worker the uncached prompt
+tokens routed but not yet prefilled (WI_APT), the blocks held by its in-flight requests (WI_AB),
+and the prefix chains it caches (read from the cache arrays: the router sees cache events as
+they happen). Dynamo's cost of worker w for a request of `isl` tokens, `pblk` prompt blocks and
+`ov_w` cached leading blocks there:
+    tokens_w = APT_w + isl - ov_w * B,  blocks_w = AB_w + pblk - ov_w,
+    cost_w = omega * tokens_w / B + blocks_w.
+Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
+no request attribute uses.
+"""
+
+import math
+
+import numpy as np
+
+from ._ns import Namespace
+from .layout import (
+    POL_KV,
+    POL_LEAST_LOADED,
+    POL_POWER_OF_D,
+    POL_RANDOM,
+    POL_ROUND_ROBIN,
+    RI_DECIDE,
+    RI_RR,
+    WI_AB,
+    WI_APT,
+)
+
+_B0 = 100
+
+
+def build(jit, rng, cache):
+    rng_below = rng.below
+    uniform = rng.uniform
+    overlap = cache.overlap
+
+    @jit
+    def cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs):
+        return wk_i[r, w, WI_APT] + isl - overlap(pc, r, w, g, pfx) * bs
+
+    @jit
+    def cand_blocks(wk_i, pc, r, w, g, pfx, pblk):
+        return wk_i[r, w, WI_AB] + pblk - overlap(pc, r, w, g, pfx)
+
+    @jit
+    def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
+        return (omega * cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs) / bs
+                + cand_blocks(wk_i, pc, r, w, g, pfx, pblk))
+
+    @jit
+    def load_of(wk_i, r, w, by_tokens):
+        if by_tokens:
+            return np.float64(wk_i[r, w, WI_APT])
+        return np.float64(wk_i[r, w, WI_AB])
+
+    @jit
+    def choose(policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega, tau, d, by_tokens):
+        """The global index of the chosen worker. `by_tokens` picks the load that least_loaded and
+        power_of_d compare: queued prefill tokens (prefill workers) or active blocks (decode)."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        if k == 1:
+            return lo
+        if policy == POL_ROUND_ROBIN:
+            i = rep_i[r, RI_RR] % k
+            rep_i[r, RI_RR] += 1
+            return lo + i
+        if policy == POL_RANDOM:
+            return lo + rng_below(key, dec, _B0, k)
+        if policy == POL_KV and tau > 0.0:
+            cmin = kv_cost(wk_i, pc, r, lo, g, pfx, isl, pblk, bs, omega)
+            cmax = cmin
+            for w in range(lo + 1, lo + k):
+                c = kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
+                cmin = min(cmin, c)
+                cmax = max(cmax, c)
+            if cmax == cmin:
+                return lo + rng_below(key, dec, _B0, k)
+            scale = (cmax - cmin) * tau
+            total = 0.0
+            for w in range(lo, lo + k):
+                total += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
+            target = uniform(key, dec, _B0) * total
+            acc = 0.0
+            for w in range(lo, lo + k):
+                acc += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
+                if target < acc:
+                    return w
+            return lo + k - 1
+        # argmin with ties broken uniformly at random (reservoir over the tied set); power_of_d
+        # first keeps d distinct candidates by selection sampling (Knuth's algorithm S).
+        best = -1
+        best_v = 0.0
+        ties = 0
+        picked = 0
+        for i in range(k):
+            w = lo + i
+            if policy == POL_POWER_OF_D:
+                if picked >= d:
+                    break
+                if uniform(key, dec, _B0 + 1 + i) * (k - i) >= d - picked:
+                    continue
+                picked += 1
+            if policy == POL_KV:
+                v = kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
+            else:
+                v = load_of(wk_i, r, w, by_tokens)
+            if best < 0 or v < best_v:
+                best = w
+                best_v = v
+                ties = 1
+            elif v == best_v:
+                ties += 1
+                if uniform(key, dec, _B0 + 1 + k + i) * ties < 1.0:
+                    best = w
+        return best
+
+    @jit
+    def fewest_blocks(wk_i, rep_i, r, key, lo, k):
+        """Dynamo 1.x's decode choice in prefill_first: fewest active blocks, ties at random."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        best = lo
+        best_v = wk_i[r, lo, WI_AB]
+        ties = 1
+        for i in range(1, k):
+            v = wk_i[r, lo + i, WI_AB]
+            if v < best_v:
+                best = lo + i
+                best_v = v
+                ties = 1
+            elif v == best_v:
+                ties += 1
+                if uniform(key, dec, _B0 + i) * ties < 1.0:
+                    best = lo + i
+        return best
+
+    return Namespace(cand_tokens=cand_tokens, cand_blocks=cand_blocks, kv_cost=kv_cost, choose=choose,
+                     fewest_blocks=fewest_blocks)

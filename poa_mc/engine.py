@@ -1,0 +1,318 @@
+"""Runs one cell (CellSpec) for many replicas on a backend and returns per-request samples.
+
+API (stable contract for the rest of the library):
+
+    simulate(spec, *, replicas, requests, warmup, seed, stream, backend="cpu",
+             record_candidates=True) -> SimResult
+
+`stream` keys the request streams: give every policy of one (topology, load) point the same
+`stream` and they see identical requests in every replica (common random numbers). The random
+key of replica r is (seed, stream, r), so results never depend on batch size, thread count or
+backend.
+
+SimResult.samples: dict of numpy arrays of shape (replicas, requests), the measured requests of
+each replica in arrival order (the first `warmup` arrivals of each replica are dropped):
+    seq            int64   arrival index within the replica
+    arrival_ms     float64 arrival time
+    ttft_ms        float64 arrival -> first token on the decode worker
+    e2e_ms         float64 arrival -> last token
+    itl_ms         float64 mean inter-token latency (0 when osl == 1)
+    prefill_wait_ms float64 arrival -> first prefill pass that schedules it
+    decode_wait_ms float64 KV ready on the decode worker -> admitted to a decode pass
+    isl, osl       int32   token counts
+    group          int32   prefix group
+    prompt_blocks  int32   ceil(isl / block_size)
+    cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache
+    prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
+    decode_worker  int32   0-based among decode workers
+SimResult.candidates (only with record_candidates): the router's view at each policy decision,
+over the K candidate workers of that decision (prefill workers in prefill_first, decode workers
+otherwise), shape (replicas, requests, K):
+    cand_tokens    float64 active_prefill_tokens_w + isl - overlap_w * block_size
+    cand_blocks    float64 active_blocks_w + new_blocks_w
+  and `chosen` int32 (replicas, requests): the index of the worker the policy chose.
+  Dynamo's cost is overlap_weight * cand_tokens / block_size + cand_blocks.
+SimResult.replica: dict of (replicas,) arrays: window_ms (first measured arrival -> last
+measured completion), simulated (requests simulated in all, warm-up and tail included).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from poa_mc.kernels import layout as L
+from poa_mc.spec import CellSpec, Dist, SpecError
+
+_FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST,
+         "aggregated": L.FLOW_AGGREGATED}
+_POLICY = {"kv": L.POL_KV, "round_robin": L.POL_ROUND_ROBIN, "random": L.POL_RANDOM,
+           "least_loaded": L.POL_LEAST_LOADED, "power_of_d": L.POL_POWER_OF_D, "pull": L.POL_PULL}
+_DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL,
+         "empirical": L.DIST_EMPIRICAL}
+_PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
+
+SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms")
+SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker",
+                     "decode_worker")
+_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT)
+_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW)
+
+
+class EngineError(RuntimeError):
+    """A simulation that ran but could not finish (e.g. an open loop whose queue grew without bound)."""
+
+
+@dataclass
+class SimResult:
+    samples: dict[str, np.ndarray]
+    candidates: dict[str, np.ndarray]
+    replica: dict[str, np.ndarray]
+    wall_s: float
+    compile_s: float
+    backend: str
+    device: str
+    batches: int = 1
+    state_bytes_per_replica: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def simulated_requests(self) -> int:
+        return int(self.replica["simulated"].sum())
+
+
+def _dist_params(d: Dist) -> tuple[int, int, int, float, float, np.ndarray]:
+    empty = np.zeros(0)
+    if d.kind == "fixed":
+        return L.DIST_FIXED, d.value, d.value, 0.0, 0.0, empty
+    if d.kind == "uniform":
+        return L.DIST_UNIFORM, d.low, d.high, 0.0, 0.0, empty
+    if d.kind == "lognormal":
+        mu = math.log(d.mean) - 0.5 * d.sigma * d.sigma
+        return L.DIST_LOGNORMAL, 0, d.cap, mu, d.sigma, empty
+    vals = np.asarray(d.values, dtype=np.float64)
+    return L.DIST_EMPIRICAL, 0, len(vals), 0.0, 0.0, vals
+
+
+def zipf_cdf(n: int, alpha: float) -> np.ndarray:
+    q = np.arange(1, n + 1, dtype=np.float64) ** (-alpha)
+    c = np.cumsum(q / q.sum())
+    c[-1] = 1.0
+    return c
+
+
+def n_candidates(spec: CellSpec) -> int:
+    c = spec.cluster
+    return c.n_prefill if c.flow == "prefill_first" else c.n_decode
+
+
+def pack_params(spec: CellSpec, *, requests: int, warmup: int, seed: int, stream: int,
+                record_candidates: bool, naive_decode: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
+    spec.validate()
+    c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
+    if pol.kind == "pull" and c.flow != "prefill_first":
+        raise SpecError("policy.kind", "pull routes to prefill workers: it needs cluster.flow = prefill_first "
+                        "(decode_first prefill workers always pull)")
+    n_p = 0 if c.flow == "aggregated" else c.n_prefill
+    slots = w.concurrency if w.arrival == "closed" else c.max_inflight
+    ip = np.zeros(L.NP_I, dtype=np.int64)
+    fp = np.zeros(L.NF_P, dtype=np.float64)
+    ip[L.P_NP] = n_p
+    ip[L.P_ND] = c.n_decode
+    ip[L.P_FLOW] = _FLOW[c.flow]
+    ip[L.P_B] = c.block_size
+    ip[L.P_PKV] = c.prefill_kv_blocks
+    ip[L.P_DKV] = c.decode_kv_blocks
+    ip[L.P_BUDGET] = c.token_budget
+    ip[L.P_MAXSEQ] = c.max_seqs
+    ip[L.P_MAXLOCAL] = c.max_local_prefill
+    ip[L.P_POLICY] = _POLICY[pol.kind]
+    ip[L.P_D] = pol.d
+    ip[L.P_ARRIVAL] = 0 if w.arrival == "closed" else 1
+    ip[L.P_C] = w.concurrency if w.arrival == "closed" else 0
+    ip[L.P_G] = w.prefix_groups
+    ip[L.P_POP] = 1 if w.popularity == "zipf" else 0
+    ik, ia, ib, imu, isig, itab = _dist_params(w.isl)
+    ok, oa, ob, omu, osig, otab = _dist_params(w.osl)
+    ip[L.P_ISL_KIND], ip[L.P_ISL_A], ip[L.P_ISL_B] = ik, ia, ib
+    ip[L.P_OSL_KIND], ip[L.P_OSL_A], ip[L.P_OSL_B] = ok, oa, ob
+    ip[L.P_N] = requests
+    ip[L.P_WARM] = warmup
+    ip[L.P_S] = slots
+    ip[L.P_Q] = slots
+    ip[L.P_PROF] = _PROF[p.kind]
+    ip[L.P_RECORD] = 1 if record_candidates else 0
+    ip[L.P_K] = n_candidates(spec)
+    ip[L.P_SEED] = seed
+    ip[L.P_STREAM] = stream
+    ip[L.P_NAIVE] = 1 if naive_decode else 0
+    ip[L.P_H] = max(slots, 1)
+    osl_max = w.osl.max_value()
+    per_req = 8 + (osl_max if naive_decode else 0)
+    ip[L.P_MAXEVENTS] = per_req * (requests + warmup + slots) * 4 + 1_000_000
+    fp[L.F_OMEGA] = pol.overlap_weight
+    fp[L.F_TAU] = pol.temperature
+    fp[L.F_THINK] = w.think_ms
+    fp[L.F_RATE] = w.rate_rps / 1000.0
+    fp[L.F_RATIO] = w.prefix_ratio
+    fp[L.F_ISL_MU], fp[L.F_ISL_SIG] = imu, isig
+    fp[L.F_OSL_MU], fp[L.F_OSL_SIG] = omu, osig
+    if p.kind == "polynomial":
+        fp[L.F_P2], fp[L.F_P1], fp[L.F_P0] = p.p2, p.p1, p.p0
+        fp[L.F_D2], fp[L.F_D1], fp[L.F_D0] = p.d2, p.d1, p.d0
+    else:
+        fp[L.F_SVC] = p.prefill_ms
+        fp[L.F_D0] = p.decode_ms
+    if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
+        fp[L.F_XFER_TOK] = c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
+    fp[L.F_XFER_LAT] = c.transfer_latency_ms
+    cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
+    width = max(1, len(itab), len(otab), len(cdf))
+    tabs = np.zeros((3, width), dtype=np.float64)
+    tabs[0, : len(itab)] = itab
+    tabs[1, : len(otab)] = otab
+    tabs[2, : len(cdf)] = cdf
+    return ip, fp, tabs
+
+
+def _shapes(ip: np.ndarray, n_workers: int, requests: int, k: int, record: bool) -> dict[str, tuple]:
+    slots = int(ip[L.P_S])
+    qcap = int(ip[L.P_Q])
+    runcap = min(slots, int(ip[L.P_MAXSEQ]))
+    return {
+        "slot_i": ((slots, L.NSI), np.int64),
+        "slot_f": ((slots, L.NSF), np.float64),
+        "wk_i": ((n_workers + 1, L.NWI), np.int64),
+        "wk_f": ((n_workers + 1, L.NWF), np.float64),
+        "pc": ((n_workers, int(ip[L.P_G]), 3), np.int64),
+        "queue": ((n_workers + 2, qcap), np.int64),
+        "run": ((n_workers, runcap), np.int64),
+        "heap_t": ((int(ip[L.P_H]),), np.float64),
+        "heap_c": ((int(ip[L.P_H]),), np.int64),
+        "rep_i": ((L.NRI,), np.int64),
+        "rep_f": ((L.NRF,), np.float64),
+        "out_f": ((requests, L.NOF), np.float64),
+        "out_i": ((requests, L.NOI), np.int64),
+        "cand": ((requests, k, 2) if record else (1, 1, 2), np.float64),
+    }
+
+
+STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
+OUTPUT_NAMES = ("out_f", "out_i", "cand")
+
+
+def bytes_per_replica(shapes: dict[str, tuple], names=None) -> int:
+    total = 0
+    for name, (shape, dtype) in shapes.items():
+        if names is None or name in names:
+            total += int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return total
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in ("auto", "cpu", "cuda"):
+        raise SpecError("run.backend", f"must be auto, cpu or cuda, got {backend!r}")
+    if backend == "auto":
+        from poa_mc.kernels import cuda_available
+
+        return "cuda" if cuda_available() else "cpu"
+    return backend
+
+
+def simulate(spec: CellSpec, *, replicas: int, requests: int, warmup: int, seed: int, stream: int,
+             backend: str = "cpu", record_candidates: bool = True, naive_decode: bool = False,
+             max_batch_bytes: int | None = None, parallel: bool = True) -> SimResult:
+    """Simulate `replicas` independent replicas of one cell; see the module docstring."""
+    if replicas < 1:
+        raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
+    if requests < 1:
+        raise SpecError("run.requests", f"must be >= 1, got {requests}")
+    if warmup < 0:
+        raise SpecError("run.warmup", f"must be >= 0, got {warmup}")
+    backend = resolve_backend(backend)
+    ip, fp, tabs = pack_params(spec, requests=requests, warmup=warmup, seed=seed, stream=stream,
+                               record_candidates=record_candidates, naive_decode=naive_decode)
+    n_workers = int(ip[L.P_NP] + ip[L.P_ND])
+    k = int(ip[L.P_K])
+    shapes = _shapes(ip, n_workers, requests, k, record_candidates)
+    per_rep = bytes_per_replica(shapes)
+    budget = max_batch_bytes if max_batch_bytes is not None else _available_memory() // 2
+    if backend == "cuda":
+        from poa_mc.kernels import cuda as target
+
+        budget = min(budget, target.free_memory() // 2) if max_batch_bytes is None else budget
+    else:
+        from poa_mc.kernels import cpu as target
+    if per_rep > budget:
+        raise EngineError(f"one replica needs {per_rep / 2**20:.1f} MiB of state, more than the "
+                          f"{budget / 2**20:.1f} MiB available; reduce requests or cluster.max_inflight")
+    batch = max(1, min(replicas, budget // per_rep))
+    n_batches = -(-replicas // batch)
+    samples = {name: np.empty((replicas, requests), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
+    samples.update({name: np.empty((replicas, requests), dtype=np.int64 if name == "seq" else np.int32)
+                    for name in SAMPLE_INT_FIELDS})
+    cands = {}
+    if record_candidates:
+        cands = {"cand_tokens": np.empty((replicas, requests, k)), "cand_blocks": np.empty((replicas, requests, k)),
+                 "chosen": np.empty((replicas, requests), dtype=np.int32)}
+    rep = {"window_ms": np.empty(replicas), "simulated": np.empty(replicas, dtype=np.int64),
+           "events": np.empty(replicas, dtype=np.int64), "status": np.empty(replicas, dtype=np.int64),
+           "written": np.empty(replicas, dtype=np.int64)}
+    compile_s = 0.0
+    wall = 0.0
+    for b in range(n_batches):
+        r0 = b * batch
+        nr = min(batch, replicas - r0)
+        ipb = ip.copy()
+        ipb[L.P_RBASE] = r0
+        t0 = time.perf_counter()
+        out, csec = target.run_batch(ipb, fp, tabs, shapes, nr, parallel=parallel)
+        wall += time.perf_counter() - t0 - csec
+        compile_s += csec
+        of, oi = out["out_f"], out["out_i"]
+        for name, j in zip(SAMPLE_FLOAT_FIELDS, _OF):
+            samples[name][r0:r0 + nr] = of[:, :, j]
+        for name, j in zip(SAMPLE_INT_FIELDS, _OI):
+            samples[name][r0:r0 + nr] = oi[:, :, j]
+        if record_candidates:
+            cands["cand_tokens"][r0:r0 + nr] = out["cand"][:, :, :, 0]
+            cands["cand_blocks"][r0:r0 + nr] = out["cand"][:, :, :, 1]
+            cands["chosen"][r0:r0 + nr] = oi[:, :, L.OI_CHOSEN]
+        ri, rf = out["rep_i"], out["rep_f"]
+        rep["window_ms"][r0:r0 + nr] = rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR]
+        rep["simulated"][r0:r0 + nr] = ri[:, L.RI_SEQ]
+        rep["events"][r0:r0 + nr] = ri[:, L.RI_EVENTS]
+        rep["status"][r0:r0 + nr] = ri[:, L.RI_STATUS]
+        rep["written"][r0:r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
+    bad = np.flatnonzero(rep["status"] != 0)
+    if bad.size:
+        code = int(rep["status"][bad[0]])
+        why = {1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
+                  "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
+               2: "the event limit was reached (the cluster made no progress)",
+               3: "the simulation stalled with requests left (a request cannot fit a worker)"}.get(code, str(code))
+        raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}")
+    # seq order (arrival order) is the row order already: rows are indexed by seq - warmup
+    return SimResult(samples=samples, candidates=cands, replica=rep, wall_s=wall, compile_s=compile_s,
+                     backend=backend, device=target.device_name(), batches=n_batches,
+                     state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES))
+
+
+def default_threads() -> int:
+    return int(os.environ.get("NUMBA_NUM_THREADS", os.cpu_count() or 1))

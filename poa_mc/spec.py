@@ -1,0 +1,266 @@
+"""Resolved, validated descriptions of one simulation cell.
+
+These frozen dataclasses are the contract between the configuration layer (TOML grids, presets)
+and the engine. Every field carries its unit in its name or docstring. `validate()` raises
+`SpecError` naming the offending field path before any simulation starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FLOWS = ("prefill_first", "decode_first", "aggregated")
+POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull")
+DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
+ARRIVALS = ("closed", "poisson")
+POPULARITIES = ("uniform", "zipf")
+
+
+class SpecError(ValueError):
+    """A configuration that cannot run. `path` names the offending field (e.g. `workload.isl`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A distribution of a positive integer token count.
+
+    kind: fixed (value), uniform (low..high inclusive), lognormal (mean, sigma: the mean of the
+    distribution itself and the sigma of the underlying normal; rounded, clipped to [1, cap]),
+    empirical (values: sampled uniformly from the list).
+    """
+
+    kind: str = "fixed"
+    value: int = 1
+    low: int = 1
+    high: int = 1
+    mean: float = 1.0
+    sigma: float = 0.0
+    cap: int = 1 << 20
+    values: tuple[int, ...] = ()
+
+    def max_value(self) -> int:
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return self.high
+        if self.kind == "lognormal":
+            return self.cap
+        return max(self.values)
+
+    def min_value(self) -> int:
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return self.low
+        if self.kind == "lognormal":
+            return 1
+        return min(self.values)
+
+    def validate(self, path: str) -> None:
+        if self.kind not in DIST_KINDS:
+            raise SpecError(f"{path}.dist", f"unknown distribution {self.kind!r}; expected one of {', '.join(DIST_KINDS)}")
+        if self.kind == "fixed" and self.value < 1:
+            raise SpecError(path, f"must be a positive token count, got {self.value}")
+        if self.kind == "uniform":
+            if self.low < 1:
+                raise SpecError(f"{path}.low", f"must be >= 1, got {self.low}")
+            if self.high < self.low:
+                raise SpecError(f"{path}.high", f"must be >= low ({self.low}), got {self.high}")
+        if self.kind == "lognormal":
+            if not self.mean > 0:
+                raise SpecError(f"{path}.mean", f"must be > 0, got {self.mean}")
+            if not self.sigma >= 0:
+                raise SpecError(f"{path}.sigma", f"must be >= 0, got {self.sigma}")
+            if self.cap < 1:
+                raise SpecError(f"{path}.cap", f"must be >= 1, got {self.cap}")
+        if self.kind == "empirical":
+            if not self.values:
+                raise SpecError(f"{path}.values", "must be a non-empty list")
+            for i, v in enumerate(self.values):
+                if v < 1:
+                    raise SpecError(f"{path}.values[{i}]", f"must be >= 1, got {v}")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The request stream. Lengths in tokens, times in milliseconds, rates in requests/second."""
+
+    isl: Dist = field(default_factory=lambda: Dist("fixed", 4096))
+    osl: Dist = field(default_factory=lambda: Dist("fixed", 256))
+    prefix_groups: int = 16
+    prefix_ratio: float = 0.5
+    popularity: str = "uniform"
+    zipf_alpha: float = 1.0
+    arrival: str = "closed"
+    concurrency: int = 64
+    rate_rps: float = 0.0
+    think_ms: float = 0.0
+
+    def validate(self, path: str = "workload") -> None:
+        self.isl.validate(f"{path}.isl")
+        self.osl.validate(f"{path}.osl")
+        if self.prefix_groups < 1:
+            raise SpecError(f"{path}.prefix_groups", f"must be >= 1, got {self.prefix_groups}")
+        if not 0.0 <= self.prefix_ratio <= 1.0:
+            raise SpecError(f"{path}.prefix_ratio", f"must be within [0, 1], got {self.prefix_ratio}")
+        if self.popularity not in POPULARITIES:
+            raise SpecError(f"{path}.popularity", f"must be one of {', '.join(POPULARITIES)}, got {self.popularity!r}")
+        if self.popularity == "zipf" and not self.zipf_alpha >= 0:
+            raise SpecError(f"{path}.zipf_alpha", f"must be >= 0, got {self.zipf_alpha}")
+        if self.arrival not in ARRIVALS:
+            raise SpecError(f"{path}.arrival", f"must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+        if self.arrival == "closed" and self.concurrency < 1:
+            raise SpecError(f"{path}.concurrency", f"must be >= 1 for a closed loop, got {self.concurrency}")
+        if self.arrival == "poisson" and not self.rate_rps > 0:
+            raise SpecError(f"{path}.rate", f"must be > 0 req/s for Poisson arrivals, got {self.rate_rps}")
+        if not self.think_ms >= 0:
+            raise SpecError(f"{path}.think_ms", f"must be >= 0, got {self.think_ms}")
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """A timing model reduced to what the kernels evaluate.
+
+    kind "polynomial" (dynamo-mocker and roofline resolve to this):
+      prefill pass of T uncached tokens: p2*T^2 + p1*T + p0 ms (no time when T == 0);
+      decode step: d2*u^2 + d1*u + d0 ms, u = min(1, context tokens / (kv_blocks * block_size)).
+    kind "exponential" / "deterministic": one request per prefill pass, taking an exponential
+      (or fixed) time of mean prefill_ms; each decode step takes decode_ms (0 allowed).
+    """
+
+    name: str = "dynamo-mocker"
+    kind: str = "polynomial"
+    p2: float = 4.209989e-7
+    p1: float = 1.518344e-2
+    p0: float = 16.50142
+    d2: float = -25.74
+    d1: float = 54.01
+    d0: float = 5.74
+    d_min: float = 1.0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    source: str = "Dynamo 1.6.1 mocker default polynomial timing (REFERENCE section 4)"
+
+    def validate(self, path: str = "profile") -> None:
+        if self.kind not in ("polynomial", "exponential", "deterministic"):
+            raise SpecError(f"{path}.kind", f"unknown profile kind {self.kind!r}")
+        if self.kind == "polynomial":
+            # The closed-form decode jump needs the quadratic itself (not the d_min clamp) on [0, 1].
+            lo = min(self.d0, self.d2 + self.d1 + self.d0)
+            if self.d2 > 0:
+                u = -self.d1 / (2 * self.d2)
+                if 0 < u < 1:
+                    lo = min(lo, self.d2 * u * u + self.d1 * u + self.d0)
+            if lo < self.d_min:
+                raise SpecError(f"{path}.d0", f"decode step polynomial falls below d_min={self.d_min} ms on u in [0, 1]")
+            for name in ("p0", "p1", "p2"):
+                if getattr(self, name) < 0:
+                    raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        else:
+            if not self.prefill_ms > 0:
+                raise SpecError(f"{path}.prefill_ms", f"must be > 0 ms, got {self.prefill_ms}")
+            if not self.decode_ms >= 0:
+                raise SpecError(f"{path}.decode_ms", f"must be >= 0 ms, got {self.decode_ms}")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How the router makes its policy decision (the prefill worker in prefill_first, the decode
+    worker in decode_first and aggregated)."""
+
+    name: str = "dynamo-default"
+    kind: str = "kv"
+    overlap_weight: float = 1.0
+    temperature: float = 0.0
+    d: int = 2
+
+    def validate(self, path: str = "policy") -> None:
+        if self.kind not in POLICY_KINDS:
+            raise SpecError(f"{path}.kind", f"must be one of {', '.join(POLICY_KINDS)}, got {self.kind!r}")
+        if not self.overlap_weight >= 0:
+            raise SpecError(f"{path}.overlap_weight", f"must be >= 0, got {self.overlap_weight}")
+        if not self.temperature >= 0:
+            raise SpecError(f"{path}.temperature", f"must be >= 0, got {self.temperature}")
+        if self.kind == "power_of_d" and self.d < 1:
+            raise SpecError(f"{path}.d", f"must be >= 1, got {self.d}")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Topology and worker parameters. Sizes in blocks of `block_size` tokens."""
+
+    n_prefill: int = 1
+    n_decode: int = 2
+    flow: str = "prefill_first"
+    block_size: int = 64
+    prefill_kv_blocks: int = 16384
+    decode_kv_blocks: int = 16384
+    token_budget: int = 8192
+    max_seqs: int = 256
+    max_local_prefill: int = 1000
+    kv_bytes_per_token: float = 0.0
+    transfer_gbps: float = 0.0
+    transfer_latency_ms: float = 0.0
+    max_inflight: int = 4096
+
+    def n_workers(self) -> int:
+        return (0 if self.flow == "aggregated" else self.n_prefill) + self.n_decode
+
+    def validate(self, path: str = "cluster") -> None:
+        if self.flow not in FLOWS:
+            raise SpecError(f"{path}.flow", f"must be one of {', '.join(FLOWS)}, got {self.flow!r}")
+        if self.flow != "aggregated" and self.n_prefill < 1:
+            raise SpecError(f"{path}.n_prefill", f"needs at least one prefill worker, got {self.n_prefill}")
+        if self.n_decode < 1:
+            raise SpecError(f"{path}.n_decode", f"needs at least one decode worker, got {self.n_decode}")
+        for name in ("block_size", "prefill_kv_blocks", "decode_kv_blocks", "token_budget", "max_seqs", "max_inflight"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        for name in ("max_local_prefill", "kv_bytes_per_token", "transfer_gbps", "transfer_latency_ms"):
+            if not getattr(self, name) >= 0:
+                raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One point of a grid: a cluster, a workload at one load, a timing profile and a policy."""
+
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    profile: ProfileSpec = field(default_factory=ProfileSpec)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+
+    def validate(self) -> None:
+        self.cluster.validate("cluster")
+        self.workload.validate("workload")
+        self.profile.validate("profile")
+        self.policy.validate("policy")
+        c, w = self.cluster, self.workload
+        bs = c.block_size
+        need = -(-(w.isl.max_value() + w.osl.max_value()) // bs)
+        if need > c.decode_kv_blocks:
+            raise SpecError(
+                "workload.isl",
+                f"a request of up to {w.isl.max_value()}+{w.osl.max_value()} tokens needs {need} blocks, "
+                f"more than a decode worker's kv_blocks ({c.decode_kv_blocks})",
+            )
+        if c.flow != "aggregated":
+            need_p = -(-w.isl.max_value() // bs)
+            if need_p > c.prefill_kv_blocks:
+                raise SpecError(
+                    "workload.isl",
+                    f"a prompt of up to {w.isl.max_value()} tokens needs {need_p} blocks, "
+                    f"more than a prefill worker's kv_blocks ({c.prefill_kv_blocks})",
+                )
+        if self.policy.kind == "power_of_d" and self.policy.d > self._n_candidates():
+            raise SpecError("policy.d", f"d={self.policy.d} exceeds the {self._n_candidates()} candidate workers")
+        if w.arrival == "closed" and w.concurrency > c.max_inflight:
+            raise SpecError("workload.concurrency", f"exceeds cluster.max_inflight ({c.max_inflight})")
+
+    def _n_candidates(self) -> int:
+        return self.cluster.n_prefill if self.cluster.flow == "prefill_first" else self.cluster.n_decode

@@ -1,0 +1,31 @@
+"""poa-mc: Monte Carlo Price of Anarchy for disaggregated LLM serving."""
+
+from setuptools import setup
+
+setup(
+    name="poa-mc",
+    version="0.1.0",
+    description="GPU-accelerated Monte Carlo estimator of the Price of Anarchy in disaggregated LLM serving",
+    python_requires=">=3.10",
+    packages=["poa_mc", "poa_mc.kernels", "poa_mc.cli", "poa_mc.data"],
+    package_dir={
+        "poa_mc": "poa_mc",
+        "poa_mc.kernels": "kernels",
+        "poa_mc.cli": "cli",
+        "poa_mc.data": "data",
+    },
+    package_data={"poa_mc.data": ["grids/*.toml", "traces/*"]},
+    install_requires=[
+        "numpy>=1.26",
+        "numba>=0.60",
+        "polars>=1.0",
+        "click>=8.1",
+        "matplotlib>=3.8",
+        "scipy>=1.11",
+    ],
+    extras_require={
+        "gpu": ["numba-cuda>=0.20", "cupy-cuda12x>=13"],
+        "dev": ["pytest>=8", "ruff>=0.5"],
+    },
+    entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:main"]},
+)
