@@ -8,19 +8,25 @@ addresses: loads and stores coalesce. Under NUMBA_ENABLE_CUDASIM=1 this runs on 
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
-from numba import cuda
+
+if not hasattr(np, "row_stack"):
+    # numba-cuda 0.30 registers an overload for np.row_stack, which numpy 2.5 removed (an alias of vstack)
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402
 
 from .source import build
 
 _K = build(cuda.jit(device=True))
 _simulate_replica = _K.simulate_replica
-THREADS_PER_BLOCK = 64
+THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _run_kernel(n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand):
     r = cuda.grid(1)
@@ -31,16 +37,26 @@ def _run_kernel(n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, hea
 
 _NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f", "out_f",
           "out_i", "cand")
+_RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand")  # the rest of the state stays on the device
 _compiled = False
+last_kernel_s = 0.0  # device time of the last launch (CUDA events), for the benchmarks
 
 
 def _device_array(shape: tuple, dtype, n: int):
-    """An array of logical shape (n, *shape) stored replica-last; returns (storage, logical view)."""
+    """An array of logical shape (n, *shape) stored replica-last; returns (storage, logical view).
+
+    CuPy owns the device buffers when it is installed (a device-side memset, no host staging);
+    numba's own allocator is the fallback. Both hand the kernel the same strided view."""
     full = (*shape[::-1], n)
-    store = cuda.device_array(full, dtype=dtype) if not _sim() else np.zeros(full, dtype=dtype)
     if _sim():
-        store[...] = 0
-    else:
+        store = np.zeros(full, dtype=dtype)
+        return store, store.T
+    try:
+        import cupy
+
+        store = cupy.zeros(full, dtype=dtype)
+    except ImportError:
+        store = cuda.device_array(full, dtype=dtype)
         _zero(store)
     return store, store.T
 
@@ -66,7 +82,8 @@ def run_batch(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n:
         _, views[name] = _device_array(shape, dtype, n)
     d_ip, d_fp, d_tabs = (cuda.to_device(x) for x in (ip, fp, tabs))
     compile_s = 0.0
-    blocks = max(1, -(-n // THREADS_PER_BLOCK))
+    tpb = int(os.environ.get("POA_MC_CUDA_TPB", THREADS_PER_BLOCK))
+    blocks = max(1, -(-n // tpb))
     args = [views[k] for k in _NAMES]
     if not _compiled:
         t0 = time.perf_counter()
@@ -74,13 +91,29 @@ def run_batch(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n:
         cuda.synchronize()
         compile_s = time.perf_counter() - t0
         _compiled = True
-    _run_kernel[blocks, THREADS_PER_BLOCK](n, d_ip, d_fp, d_tabs, *args)
+    global last_kernel_s
+    start, stop = (cuda.event(), cuda.event()) if not _sim() else (None, None)
+    if start is not None:
+        start.record()
+    t0 = time.perf_counter()
+    _run_kernel[blocks, tpb](n, d_ip, d_fp, d_tabs, *args)
+    if stop is not None:
+        stop.record()
+        stop.synchronize()
+        last_kernel_s = cuda.event_elapsed_time(start, stop) / 1e3
+    else:
+        last_kernel_s = time.perf_counter() - t0
     cuda.synchronize()
     out = {}
-    for k in _NAMES:
+    for k in _RETURNED:
         v = views[k]
-        host = v.copy_to_host() if hasattr(v, "copy_to_host") else np.asarray(v)
-        out[k] = np.ascontiguousarray(host)
+        if hasattr(v, "copy_to_host"):
+            host = v.copy_to_host()
+        elif hasattr(v, "get"):
+            host = v.get()
+        else:
+            host = np.asarray(v)
+        out[k] = host  # replica-last storage seen through a transposed view; the engine slices it as is
     return out, compile_s
 
 

@@ -5,23 +5,26 @@ C-ordered (one replica's state is contiguous, good for one thread per replica). 
 host allocates the transposed shape and passes a transposed view, so `arr[r, ...]` of adjacent
 threads hits adjacent addresses (coalesced). The kernels index identically on both targets.
 
+Counters are int32 (half the bytes of int64: a replica's state stays small enough to live in
+L1/L2 on the CPU and moves half the bytes on the GPU); clocks are float64 milliseconds.
+
 Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = queue capacity):
   ip    int64 (NP_I,)           integer parameters, indices P_*
   fp    float64 (NF_P,)         float parameters, indices F_*
-  slot_i int64 (R, S, NSI)      per in-flight request, indices SI_*
+  slot_i int32 (R, S, NSI)      per in-flight request, indices SI_*
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
-  wk_i  int64 (R, W, NWI)       per worker counters, indices WI_*
-  wk_f  float64 (R, W, NWF)     per worker times, indices WF_*
-  pc    int64 (R, W, G, 3)      prefix cache: chain length (blocks), LRU stamp, pin count
-  queue int64 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue,
+  wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
+  wk_f  float64 (R, W + 1, NWF) per worker times, indices WF_*
+  pc    int32 (R, W, G, 3)      prefix cache: chain length (blocks), LRU stamp, pin count
+  queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue,
                                 row W + 1 the stack of free slots (open loop)
-  run   int64 (R, W, Q)         running slots of each decode worker (unordered, swap-remove)
+  run   int32 (R, W, min(Q, max_seqs))         running slots of each decode worker (unordered, swap-remove)
   heap_t float64 (R, H)         min-heap of client wake-up times (closed loop)
-  heap_c int64 (R, H)           client id of each heap entry
+  heap_c int32 (R, H)           client id of each heap entry
   rep_i int64 (R, NRI)          replica counters, indices RI_*
   rep_f float64 (R, NRF)        replica clocks, indices RF_*
   out_f float64 (R, N, NOF)     measured request outputs, indices OF_*
-  out_i int64 (R, N, NOI)       measured request outputs, indices OI_*
+  out_i int32 (R, N, NOI)       measured request outputs, indices OI_*
   cand  float64 (R, N, K, 2)    router view per candidate: [tokens, blocks]
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 """

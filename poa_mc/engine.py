@@ -185,19 +185,19 @@ def _shapes(ip: np.ndarray, n_workers: int, requests: int, k: int, record: bool)
     qcap = int(ip[L.P_Q])
     runcap = min(slots, int(ip[L.P_MAXSEQ]))
     return {
-        "slot_i": ((slots, L.NSI), np.int64),
+        "slot_i": ((slots, L.NSI), np.int32),
         "slot_f": ((slots, L.NSF), np.float64),
-        "wk_i": ((n_workers + 1, L.NWI), np.int64),
+        "wk_i": ((n_workers + 1, L.NWI), np.int32),
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
-        "pc": ((n_workers, int(ip[L.P_G]), 3), np.int64),
-        "queue": ((n_workers + 2, qcap), np.int64),
-        "run": ((n_workers, runcap), np.int64),
+        "pc": ((n_workers, int(ip[L.P_G]), 3), np.int32),
+        "queue": ((n_workers + 2, qcap), np.int32),
+        "run": ((n_workers, runcap), np.int32),
         "heap_t": ((int(ip[L.P_H]),), np.float64),
-        "heap_c": ((int(ip[L.P_H]),), np.int64),
+        "heap_c": ((int(ip[L.P_H]),), np.int32),
         "rep_i": ((L.NRI,), np.int64),
         "rep_f": ((L.NRF,), np.float64),
         "out_f": ((requests, L.NOF), np.float64),
-        "out_i": ((requests, L.NOI), np.int64),
+        "out_i": ((requests, L.NOI), np.int32),
         "cand": ((requests, k, 2) if record else (1, 1, 2), np.float64),
     }
 
