@@ -25,8 +25,9 @@ from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 def reference_cell(n_prefill: int = 1, n_decode: int = 5, concurrency: int = 64) -> CellSpec:
     return CellSpec(
         cluster=ClusterSpec(n_prefill=n_prefill, n_decode=n_decode, flow="prefill_first"),
-        workload=WorkloadSpec(isl=Dist("fixed", 4096), osl=Dist("fixed", 256), prefix_groups=16, prefix_ratio=0.5,
-                              concurrency=concurrency),
+        workload=WorkloadSpec(
+            isl=Dist("fixed", 4096), osl=Dist("fixed", 256), prefix_groups=16, prefix_ratio=0.5, concurrency=concurrency
+        ),
         policy=PolicySpec(kind="kv"),
     )
 
@@ -55,8 +56,15 @@ def main() -> int:
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
     spec = reference_cell(n_p, n_d, a.concurrency)
-    kw = dict(replicas=a.replicas, requests=a.requests, warmup=a.warmup, seed=1, stream=0, backend=a.backend,
-              record_candidates=not a.no_candidates)
+    kw = dict(
+        replicas=a.replicas,
+        requests=a.requests,
+        warmup=a.warmup,
+        seed=1,
+        stream=0,
+        backend=a.backend,
+        record_candidates=not a.no_candidates,
+    )
     first = simulate(spec, **kw)
     walls = [first.wall_s] + [simulate(spec, **kw).wall_s for _ in range(a.repeat - 1)]
     wall = sorted(walls)[len(walls) // 2]
@@ -64,10 +72,13 @@ def main() -> int:
     rate = simulated / wall
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     threads = os.environ.get("NUMBA_NUM_THREADS", str(os.cpu_count()))
-    line = (f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) backend={first.device}: "
-            f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
-            f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; state {first.state_bytes_per_replica} B/replica; "
-            f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms")
+    line = (
+        f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) backend={first.device}: "
+        f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
+        f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; "
+        f"state {first.state_bytes_per_replica} B/replica; "
+        f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms"
+    )
     print(line)
     if a.record:
         out = Path(__file__).with_name("RESULTS.md")

@@ -16,9 +16,9 @@ import sys
 import time
 
 from bench_engine import reference_cell
+from poa_mc.kernels import cuda as kc
 
 from poa_mc.engine import _shapes, bytes_per_replica, pack_params, simulate
-from poa_mc.kernels import cuda as kc
 
 
 def main() -> int:
@@ -35,10 +35,12 @@ def main() -> int:
         n_p, n_d = (int(x[:-1]) for x in topo.split("/"))
         for c in (int(x) for x in a.loads.split(",")):
             spec = reference_cell(n_p, n_d, c)
-            ip, _, _ = pack_params(spec, requests=a.requests, warmup=a.warmup, seed=1, stream=0,
-                                   record_candidates=False)
+            ip, _, _ = pack_params(
+                spec, requests=a.requests, warmup=a.warmup, seed=1, stream=0, record_candidates=False
+            )
             per = bytes_per_replica(_shapes(ip, n_p + n_d, a.requests, n_d, False))
             last = 0.0
+            prev_n = 1
             for n in (int(x) for x in a.sizes.split(",")):
                 free = kc.free_memory()
                 if n * per > free // 4:
@@ -48,22 +50,36 @@ def main() -> int:
                     print(f"{topo} C={c}: {n} replicas would take ~{last * n / prev_n:.0f} s, skipped", flush=True)
                     break
                 t0 = time.perf_counter()
-                res = simulate(spec, replicas=n, requests=a.requests, warmup=a.warmup, seed=1, stream=0,
-                               backend="cuda", record_candidates=False)
+                res = simulate(
+                    spec,
+                    replicas=n,
+                    requests=a.requests,
+                    warmup=a.warmup,
+                    seed=1,
+                    stream=0,
+                    backend="cuda",
+                    record_candidates=False,
+                )
                 wall = time.perf_counter() - t0
                 k = kc.last_kernel_s
                 sim = res.simulated_requests
-                used = (free - kc.free_memory())
+                used = free - kc.free_memory()
                 gbs = n * per / k / 1e9
                 row = (topo, c, n, sim, k, sim / k, sim / wall, n * per / 2**30, gbs, res.compile_s)
                 rows.append(row)
-                print(f"{topo} C={c} replicas={n}: {sim} requests, kernel {k:.3f} s -> {sim / k:,.0f} req/s "
-                      f"(wall {wall:.2f} s -> {sim / wall:,.0f} req/s), state+outputs {n * per / 2**30:.2f} GiB, "
-                      f">= {gbs:.1f} GB/s, compile {res.compile_s:.1f} s, ttft mean {res.samples['ttft_ms'].mean():.1f} ms",
-                      flush=True)
+                print(
+                    f"{topo} C={c} replicas={n}: {sim} requests, kernel {k:.3f} s -> {sim / k:,.0f} req/s "
+                    f"(wall {wall:.2f} s -> {sim / wall:,.0f} req/s), state+outputs {n * per / 2**30:.2f} GiB, "
+                    f">= {gbs:.1f} GB/s, compile {res.compile_s:.1f} s, "
+                    f"ttft mean {res.samples['ttft_ms'].mean():.1f} ms",
+                    flush=True,
+                )
                 del res, used
                 last, prev_n = k, n
-    print("\n| topology | C | replicas | simulated requests | kernel s | req/s (kernel) | req/s (wall) | GiB | GB/s lower bound |")
+    print(
+        "\n| topology | C | replicas | simulated requests | kernel s | req/s (kernel) | req/s (wall) | GiB "
+        "| GB/s lower bound |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for t, c, n, sim, k, r1, r2, gib, gbs, _ in rows:
         print(f"| {t} | {c} | {n} | {sim} | {k:.3f} | {r1:,.0f} | {r2:,.0f} | {gib:.2f} | {gbs:.1f} |")

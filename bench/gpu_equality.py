@@ -24,33 +24,74 @@ warnings.filterwarnings("ignore")
 
 
 def cases() -> list[tuple[str, CellSpec, bool]]:
-    ref = WorkloadSpec(isl=Dist("fixed", 4096), osl=Dist("fixed", 256), prefix_groups=16, prefix_ratio=0.5,
-                       concurrency=64)
+    ref = WorkloadSpec(
+        isl=Dist("fixed", 4096), osl=Dist("fixed", 256), prefix_groups=16, prefix_ratio=0.5, concurrency=64
+    )
     out = [
-        ("reference 1P/5D prefill_first kv", CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=5), workload=ref),
-         True),
-        ("4P/16D C=512 prefill_first kv", CellSpec(cluster=ClusterSpec(n_prefill=4, n_decode=16),
-                                                  workload=WorkloadSpec(concurrency=512)), True),
-        ("1P/5D decode_first kv, uniform lengths, zipf", CellSpec(
-            cluster=ClusterSpec(n_prefill=1, n_decode=5, flow="decode_first"),
-            workload=WorkloadSpec(isl=Dist("uniform", low=256, high=6000), osl=Dist("uniform", low=8, high=300),
-                                  popularity="zipf", zipf_alpha=1.1, prefix_groups=64, concurrency=96)), True),
-        ("2P/4D pull, aggregated-like load", CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=4),
-                                                     workload=WorkloadSpec(concurrency=128),
-                                                     policy=PolicySpec(kind="pull")), True),
-        ("aggregated power_of_d", CellSpec(cluster=ClusterSpec(n_prefill=0, n_decode=6, flow="aggregated"),
-                                           workload=WorkloadSpec(concurrency=96),
-                                           policy=PolicySpec(kind="power_of_d", d=2)), True),
-        ("lognormal + temperature 0.7 (transcendental)", CellSpec(
-            cluster=ClusterSpec(n_prefill=2, n_decode=4),
-            workload=WorkloadSpec(isl=Dist("lognormal", mean=2048, sigma=0.6, cap=8192), concurrency=64),
-            policy=PolicySpec(kind="kv", temperature=0.7)), False),
-        ("exponential theory profile, poisson (transcendental)", CellSpec(
-            cluster=ClusterSpec(n_prefill=3, n_decode=1),
-            workload=WorkloadSpec(isl=Dist("fixed", 64), osl=Dist("fixed", 1), prefix_ratio=0.0, arrival="poisson",
-                                  rate_rps=2400.0),
-            profile=ProfileSpec(name="exp", kind="exponential", prefill_ms=1.0, decode_ms=0.0),
-            policy=PolicySpec(kind="pull")), False),
+        (
+            "reference 1P/5D prefill_first kv",
+            CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=5), workload=ref),
+            True,
+        ),
+        (
+            "4P/16D C=512 prefill_first kv",
+            CellSpec(cluster=ClusterSpec(n_prefill=4, n_decode=16), workload=WorkloadSpec(concurrency=512)),
+            True,
+        ),
+        (
+            "1P/5D decode_first kv, uniform lengths, zipf",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=1, n_decode=5, flow="decode_first"),
+                workload=WorkloadSpec(
+                    isl=Dist("uniform", low=256, high=6000),
+                    osl=Dist("uniform", low=8, high=300),
+                    popularity="zipf",
+                    zipf_alpha=1.1,
+                    prefix_groups=64,
+                    concurrency=96,
+                ),
+            ),
+            True,
+        ),
+        (
+            "2P/4D pull, aggregated-like load",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=2, n_decode=4),
+                workload=WorkloadSpec(concurrency=128),
+                policy=PolicySpec(kind="pull"),
+            ),
+            True,
+        ),
+        (
+            "aggregated power_of_d",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=0, n_decode=6, flow="aggregated"),
+                workload=WorkloadSpec(concurrency=96),
+                policy=PolicySpec(kind="power_of_d", d=2),
+            ),
+            True,
+        ),
+        (
+            "lognormal + temperature 0.7 (transcendental)",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=2, n_decode=4),
+                workload=WorkloadSpec(isl=Dist("lognormal", mean=2048, sigma=0.6, cap=8192), concurrency=64),
+                policy=PolicySpec(kind="kv", temperature=0.7),
+            ),
+            False,
+        ),
+        (
+            "exponential theory profile, poisson (transcendental)",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=3, n_decode=1),
+                workload=WorkloadSpec(
+                    isl=Dist("fixed", 64), osl=Dist("fixed", 1), prefix_ratio=0.0, arrival="poisson", rate_rps=2400.0
+                ),
+                profile=ProfileSpec(name="exp", kind="exponential", prefill_ms=1.0, decode_ms=0.0),
+                policy=PolicySpec(kind="pull"),
+            ),
+            False,
+        ),
     ]
     return out
 
@@ -77,9 +118,11 @@ def main() -> int:
         equal = worst_rel == 0.0 and int_diff == 0
         ok = (worst_rel <= 1e-8 and int_diff == 0) if exact else (worst_rel <= 1e-7 and int_diff <= 0.005 * x.size)
         failed += not ok
-        print(f"{'OK  ' if ok else 'FAIL'} {name}: identical={equal} max_rel_diff={worst_rel:.3g} "
-              f"int_mismatches={int_diff} ({replicas}x{requests}, cpu {a.wall_s:.2f}s, gpu {b.wall_s:.2f}s)",
-              flush=True)
+        print(
+            f"{'OK  ' if ok else 'FAIL'} {name}: identical={equal} max_rel_diff={worst_rel:.3g} "
+            f"int_mismatches={int_diff} ({replicas}x{requests}, cpu {a.wall_s:.2f}s, gpu {b.wall_s:.2f}s)",
+            flush=True,
+        )
     return 1 if failed else 0
 
 

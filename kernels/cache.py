@@ -77,4 +77,3 @@ def build(jit):
         wk_i[r, w, WI_USED] -= held
 
     return Namespace(overlap=overlap, make_room=make_room, acquire=acquire, release=release)
-

@@ -21,7 +21,6 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
-    DIST_EMPIRICAL,
     DIST_FIXED,
     DIST_LOGNORMAL,
     DIST_UNIFORM,
@@ -36,13 +35,10 @@ from .layout import (
     F_P0,
     F_P1,
     F_P2,
-    F_RATE,
     F_RATIO,
     F_SVC,
     F_TAU,
     F_THINK,
-    F_XFER_LAT,
-    F_XFER_TOK,
     FLOW_AGGREGATED,
     FLOW_PREFILL_FIRST,
     OF_ARR,
@@ -64,7 +60,6 @@ from .layout import (
     P_ARRIVAL,
     P_B,
     P_BUDGET,
-    P_C,
     P_D,
     P_DKV,
     P_FLOW,
@@ -73,7 +68,6 @@ from .layout import (
     P_ISL_B,
     P_ISL_KIND,
     P_K,
-    P_MAXEVENTS,
     P_MAXLOCAL,
     P_MAXSEQ,
     P_N,
@@ -83,15 +77,11 @@ from .layout import (
     P_OSL_A,
     P_OSL_B,
     P_OSL_KIND,
-    P_PKV,
     P_POLICY,
     P_POP,
     P_PROF,
     P_Q,
     P_RECORD,
-    P_S,
-    P_SEED,
-    P_STREAM,
     P_WARM,
     POL_PULL,
     PROF_DET,
@@ -99,17 +89,10 @@ from .layout import (
     PROF_POLY,
     RF_FIRST_ARR,
     RF_LAST_DONE,
-    RF_NEXT_ARR,
-    RF_T,
     RI_DONE_MEAS,
-    RI_EVENTS,
     RI_FREE_TOP,
-    RI_HEAPN,
     RI_INFLIGHT,
-    RI_NOPEN,
     RI_SEQ,
-    RI_STATUS,
-    RNG_F_GAP,
     RNG_F_GRP,
     RNG_F_ISL,
     RNG_F_OSL,
@@ -153,7 +136,6 @@ from .layout import (
     WI_APT,
     WI_MIXED,
     WI_NRUN,
-    WI_PASS_K,
     WI_QH,
     WI_QN,
     WI_SEG_M,
@@ -385,10 +367,12 @@ def build(jit, rng, cache, router, heap):
     @jit
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         bs = ip[P_B]
-        isl = draw_len(key, rid, RNG_F_ISL, ip[P_ISL_KIND], ip[P_ISL_A], ip[P_ISL_B], fp[F_ISL_MU], fp[F_ISL_SIG],
-                       tabs[0])
-        osl = draw_len(key, rid, RNG_F_OSL, ip[P_OSL_KIND], ip[P_OSL_A], ip[P_OSL_B], fp[F_OSL_MU], fp[F_OSL_SIG],
-                       tabs[1])
+        isl = draw_len(
+            key, rid, RNG_F_ISL, ip[P_ISL_KIND], ip[P_ISL_A], ip[P_ISL_B], fp[F_ISL_MU], fp[F_ISL_SIG], tabs[0]
+        )
+        osl = draw_len(
+            key, rid, RNG_F_OSL, ip[P_OSL_KIND], ip[P_OSL_A], ip[P_OSL_B], fp[F_OSL_MU], fp[F_OSL_SIG], tabs[1]
+        )
         grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
         seq = rep_i[r, RI_SEQ]
         rep_i[r, RI_SEQ] = seq + 1
@@ -460,8 +444,9 @@ def build(jit, rng, cache, router, heap):
             if policy == POL_PULL:
                 q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
                 return
-            w = router_choose(policy, wk_i, pc, rep_i, r, key, 0, n_p, g, pfx, isl, pblk, bs, fp[F_OMEGA],
-                              fp[F_TAU], ip[P_D], True)
+            w = router_choose(
+                policy, wk_i, pc, rep_i, r, key, 0, n_p, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], True
+            )
             ov = cache_overlap(pc, r, w, g, pfx)
             slot_i[r, s, SI_PW] = w
             slot_i[r, s, SI_APT] = isl - ov * bs
@@ -473,8 +458,9 @@ def build(jit, rng, cache, router, heap):
             q_push(queue, wk_i, r, w, s, ip[P_Q])
             return
         record_candidates(ip, slot_i, wk_i, pc, cand, r, s, n_p)
-        d = router_choose(policy, wk_i, pc, rep_i, r, key, n_p, n_d, g, pfx, isl, pblk, bs, fp[F_OMEGA],
-                          fp[F_TAU], ip[P_D], False)
+        d = router_choose(
+            policy, wk_i, pc, rep_i, r, key, n_p, n_d, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], False
+        )
         ov = cache_overlap(pc, r, d, g, pfx)
         need = isl - ov * bs
         slot_i[r, s, SI_CACHED] = ov
@@ -544,7 +530,19 @@ def build(jit, rng, cache, router, heap):
             queue[r, n_w + 1, top] = s
             rep_i[r, RI_FREE_TOP] = top + 1
 
-    return Namespace(draw_len=draw_len, draw_group=draw_group, q_push=q_push, q_at=q_at, q_pop=q_pop,
-                     prefill_span=prefill_span, step_ms=step_ms, decode_span=decode_span, truncate=truncate,
-                     hand_to_decode=hand_to_decode, plan_decode=plan_decode, new_request=new_request,
-                     route=route, finish=finish)
+    return Namespace(
+        draw_len=draw_len,
+        draw_group=draw_group,
+        q_push=q_push,
+        q_at=q_at,
+        q_pop=q_pop,
+        prefill_span=prefill_span,
+        step_ms=step_ms,
+        decode_span=decode_span,
+        truncate=truncate,
+        hand_to_decode=hand_to_decode,
+        plan_decode=plan_decode,
+        new_request=new_request,
+        route=route,
+        finish=finish,
+    )

@@ -15,19 +15,57 @@ _simulate_replica = _K.simulate_replica
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _run_parallel(r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f,
-                  out_f, out_i, cand):
+def _run_parallel(
+    r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+):
     for r in numba.prange(r0, r1):
-        _simulate_replica(r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i,
-                          rep_f, out_f, out_i, cand)
+        _simulate_replica(
+            r,
+            ip,
+            fp,
+            tabs,
+            slot_i,
+            slot_f,
+            wk_i,
+            wk_f,
+            pc,
+            queue,
+            run,
+            heap_t,
+            heap_c,
+            rep_i,
+            rep_f,
+            out_f,
+            out_i,
+            cand,
+        )
 
 
 @numba.njit(cache=True, nogil=True)
-def _run_serial(r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f,
-                out_f, out_i, cand):
+def _run_serial(
+    r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+):
     for r in range(r0, r1):
-        _simulate_replica(r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i,
-                          rep_f, out_f, out_i, cand)
+        _simulate_replica(
+            r,
+            ip,
+            fp,
+            tabs,
+            slot_i,
+            slot_f,
+            wk_i,
+            wk_f,
+            pc,
+            queue,
+            run,
+            heap_t,
+            heap_c,
+            rep_i,
+            rep_f,
+            out_f,
+            out_i,
+            cand,
+        )
 
 
 _compiled = False
@@ -38,12 +76,32 @@ def _alloc(shapes: dict, n: int) -> dict:
 
 
 def _call(fn, ip, fp, tabs, a, n) -> None:
-    fn(0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["queue"], a["run"],
-       a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"])
+    fn(
+        0,
+        n,
+        ip,
+        fp,
+        tabs,
+        a["slot_i"],
+        a["slot_f"],
+        a["wk_i"],
+        a["wk_f"],
+        a["pc"],
+        a["queue"],
+        a["run"],
+        a["heap_t"],
+        a["heap_c"],
+        a["rep_i"],
+        a["rep_f"],
+        a["out_f"],
+        a["out_i"],
+        a["cand"],
+    )
 
 
-def run_batch(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int,
-              parallel: bool = True) -> tuple[dict, float]:
+def run_batch(
+    ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int, parallel: bool = True
+) -> tuple[dict, float]:
     """Allocate state for n replicas, simulate them, return (arrays, seconds spent compiling)."""
     global _compiled
     fn = _run_parallel if parallel else _run_serial

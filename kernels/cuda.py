@@ -27,16 +27,49 @@ THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB 
 
 
 @cuda.jit(cache=True)
-def _run_kernel(n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-                out_i, cand):
+def _run_kernel(
+    n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+):
     r = cuda.grid(1)
     if r < n:
-        _simulate_replica(r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f,
-                          out_f, out_i, cand)
+        _simulate_replica(
+            r,
+            ip,
+            fp,
+            tabs,
+            slot_i,
+            slot_f,
+            wk_i,
+            wk_f,
+            pc,
+            queue,
+            run,
+            heap_t,
+            heap_c,
+            rep_i,
+            rep_f,
+            out_f,
+            out_i,
+            cand,
+        )
 
 
-_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f", "out_f",
-          "out_i", "cand")
+_NAMES = (
+    "slot_i",
+    "slot_f",
+    "wk_i",
+    "wk_f",
+    "pc",
+    "queue",
+    "run",
+    "heap_t",
+    "heap_c",
+    "rep_i",
+    "rep_f",
+    "out_f",
+    "out_i",
+    "cand",
+)
 _RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand")  # the rest of the state stays on the device
 _compiled = False
 last_kernel_s = 0.0  # device time of the last launch (CUDA events), for the benchmarks
@@ -72,8 +105,9 @@ def _zero(arr) -> None:
     cuda.to_device(np.zeros(flat.shape, dtype=flat.dtype), to=flat)
 
 
-def run_batch(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int,
-              parallel: bool = True) -> tuple[dict, float]:
+def run_batch(
+    ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int, parallel: bool = True
+) -> tuple[dict, float]:
     """Simulate n replicas on the GPU; returns (host arrays in logical layout, seconds compiling)."""
     global _compiled
     views = {}

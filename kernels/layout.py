@@ -30,40 +30,40 @@ Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 """
 
 # ---- integer parameters (ip) ----
-P_NP = 0            # prefill workers (0 in aggregated)
-P_ND = 1            # decode workers
-P_FLOW = 2          # FLOW_*
-P_B = 3             # block size, tokens
-P_PKV = 4           # prefill worker kv blocks
-P_DKV = 5           # decode worker kv blocks
-P_BUDGET = 6        # token budget per pass
-P_MAXSEQ = 7        # max sequences per pass / running
-P_MAXLOCAL = 8      # decode_first: uncached tokens up to this prefill locally
-P_POLICY = 9        # POL_*
-P_D = 10            # power-of-d sample size
-P_ARRIVAL = 11      # 0 closed, 1 poisson
-P_C = 12            # clients (closed loop)
-P_G = 13            # prefix groups
-P_POP = 14          # 0 uniform, 1 zipf (cdf table)
-P_ISL_KIND = 15     # DIST_*
-P_ISL_A = 16        # fixed value / uniform low
-P_ISL_B = 17        # uniform high / lognormal cap / empirical length
+P_NP = 0  # prefill workers (0 in aggregated)
+P_ND = 1  # decode workers
+P_FLOW = 2  # FLOW_*
+P_B = 3  # block size, tokens
+P_PKV = 4  # prefill worker kv blocks
+P_DKV = 5  # decode worker kv blocks
+P_BUDGET = 6  # token budget per pass
+P_MAXSEQ = 7  # max sequences per pass / running
+P_MAXLOCAL = 8  # decode_first: uncached tokens up to this prefill locally
+P_POLICY = 9  # POL_*
+P_D = 10  # power-of-d sample size
+P_ARRIVAL = 11  # 0 closed, 1 poisson
+P_C = 12  # clients (closed loop)
+P_G = 13  # prefix groups
+P_POP = 14  # 0 uniform, 1 zipf (cdf table)
+P_ISL_KIND = 15  # DIST_*
+P_ISL_A = 16  # fixed value / uniform low
+P_ISL_B = 17  # uniform high / lognormal cap / empirical length
 P_OSL_KIND = 18
 P_OSL_A = 19
 P_OSL_B = 20
-P_N = 21            # measured requests per replica
-P_WARM = 22         # warm-up requests per replica
-P_S = 23            # request slots
-P_Q = 24            # queue capacity
-P_PROF = 25         # PROF_*
-P_RECORD = 26       # 1: record router candidates
-P_K = 27            # candidates per decision
+P_N = 21  # measured requests per replica
+P_WARM = 22  # warm-up requests per replica
+P_S = 23  # request slots
+P_Q = 24  # queue capacity
+P_PROF = 25  # PROF_*
+P_RECORD = 26  # 1: record router candidates
+P_K = 27  # candidates per decision
 P_SEED = 28
 P_STREAM = 29
-P_NAIVE = 30        # 1: step decode one step per event (reference for the closed form)
-P_H = 31            # heap capacity
-P_MAXEVENTS = 32    # safety valve: events per replica
-P_RBASE = 33        # global index of the first replica in this batch (random key)
+P_NAIVE = 30  # 1: step decode one step per event (reference for the closed form)
+P_H = 31  # heap capacity
+P_MAXEVENTS = 32  # safety valve: events per replica
+P_RBASE = 33  # global index of the first replica in this batch (random key)
 NP_I = 34
 
 FLOW_PREFILL_FIRST = 0
@@ -87,102 +87,102 @@ PROF_EXP = 1
 PROF_DET = 2
 
 # ---- float parameters (fp) ----
-F_OMEGA = 0         # overlap weight
-F_TAU = 1           # temperature
-F_THINK = 2         # mean think time, ms (exponential)
-F_RATE = 3          # Poisson rate, requests per ms
-F_RATIO = 4         # prefix ratio
-F_ISL_MU = 5        # lognormal: mu and sigma of the underlying normal
+F_OMEGA = 0  # overlap weight
+F_TAU = 1  # temperature
+F_THINK = 2  # mean think time, ms (exponential)
+F_RATE = 3  # Poisson rate, requests per ms
+F_RATIO = 4  # prefix ratio
+F_ISL_MU = 5  # lognormal: mu and sigma of the underlying normal
 F_ISL_SIG = 6
 F_OSL_MU = 7
 F_OSL_SIG = 8
-F_P2 = 9            # prefill polynomial, ms
+F_P2 = 9  # prefill polynomial, ms
 F_P1 = 10
 F_P0 = 11
-F_D2 = 12           # decode step polynomial in u, ms
+F_D2 = 12  # decode step polynomial in u, ms
 F_D1 = 13
 F_D0 = 14
-F_SVC = 15          # theory profiles: mean prefill service time, ms
-F_XFER_TOK = 16     # KV transfer, ms per token
-F_XFER_LAT = 17     # KV transfer fixed latency, ms
+F_SVC = 15  # theory profiles: mean prefill service time, ms
+F_XFER_TOK = 16  # KV transfer, ms per token
+F_XFER_LAT = 17  # KV transfer fixed latency, ms
 NF_P = 18
 
 # ---- per-slot integers ----
-SI_SEQ = 0          # arrival index in the replica
+SI_SEQ = 0  # arrival index in the replica
 SI_CLIENT = 1
 SI_ISL = 2
 SI_OSL = 3
 SI_GRP = 4
-SI_PFX = 5          # shared prefix blocks
-SI_NEED = 6         # tokens the prefill must compute
-SI_DONE = 7         # tokens computed so far
-SI_CHUNK = 8        # tokens scheduled in the current pass
-SI_GEN = 9          # output tokens generated
-SI_CACHED = 10      # blocks found cached
-SI_PW = 11          # prefill worker (global index), -1 local
-SI_DW = 12          # decode worker (global index)
-SI_STATE = 13       # ST_*
-SI_RESERVE = 14     # blocks held on the decode worker
-SI_APT = 15         # tokens added to the router's active prefill tokens
-SI_ABP = 16         # blocks added to the router's active blocks of the prefill-side choice
-SI_ADMIT = 17       # 1 once admitted to a prefill pass (cache looked up, blocks held)
-SI_MEAS = 18        # output row, -1 if not measured
-SI_FRESH = 19       # 1 until its first decode step has run
-SI_KCOUNT = 20      # closed loop: requests this client has sent (slot = client)
+SI_PFX = 5  # shared prefix blocks
+SI_NEED = 6  # tokens the prefill must compute
+SI_DONE = 7  # tokens computed so far
+SI_CHUNK = 8  # tokens scheduled in the current pass
+SI_GEN = 9  # output tokens generated
+SI_CACHED = 10  # blocks found cached
+SI_PW = 11  # prefill worker (global index), -1 local
+SI_DW = 12  # decode worker (global index)
+SI_STATE = 13  # ST_*
+SI_RESERVE = 14  # blocks held on the decode worker
+SI_APT = 15  # tokens added to the router's active prefill tokens
+SI_ABP = 16  # blocks added to the router's active blocks of the prefill-side choice
+SI_ADMIT = 17  # 1 once admitted to a prefill pass (cache looked up, blocks held)
+SI_MEAS = 18  # output row, -1 if not measured
+SI_FRESH = 19  # 1 until its first decode step has run
+SI_KCOUNT = 20  # closed loop: requests this client has sent (slot = client)
 NSI = 21
 
 ST_FREE = 0
-ST_PREFILL = 1      # in a prefill worker's or the shared queue
-ST_DECODE_Q = 2     # waiting on a decode worker
-ST_RUNNING = 3      # admitted on a decode worker
+ST_PREFILL = 1  # in a prefill worker's or the shared queue
+ST_DECODE_Q = 2  # waiting on a decode worker
+ST_RUNNING = 3  # admitted on a decode worker
 
 # ---- per-slot floats ----
 SF_ARR = 0
-SF_TPF = 1          # first scheduled in a prefill pass
-SF_READY = 2        # KV ready on the decode worker
-SF_ADM = 3          # admitted on the decode worker
-SF_FIRST = 4        # first token
-SF_SVC = 5          # theory profiles: this request's prefill service time
+SF_TPF = 1  # first scheduled in a prefill pass
+SF_READY = 2  # KV ready on the decode worker
+SF_ADM = 3  # admitted on the decode worker
+SF_FIRST = 4  # first token
+SF_SVC = 5  # theory profiles: this request's prefill service time
 NSF = 6
 
 # ---- per-worker integers ----
-WI_APT = 0          # router: active prefill tokens
-WI_AB = 1           # router: active blocks
-WI_USED = 2         # blocks in use (chains + held)
-WI_QH = 3           # queue head
-WI_QN = 4           # queue length
-WI_NRUN = 5         # running slots (decode workers)
-WI_PASS_K = 6       # queue entries in the current prefill pass
-WI_SEG_N = 7        # decoding sequences in the current decode segment
-WI_SEG_X0 = 8       # summed context at the segment's first step
-WI_SEG_M = 9        # steps in the segment
-WI_MIXED = 10       # 1 if the current decode-worker pass holds prefill chunks
+WI_APT = 0  # router: active prefill tokens
+WI_AB = 1  # router: active blocks
+WI_USED = 2  # blocks in use (chains + held)
+WI_QH = 3  # queue head
+WI_QN = 4  # queue length
+WI_NRUN = 5  # running slots (decode workers)
+WI_PASS_K = 6  # queue entries in the current prefill pass
+WI_SEG_N = 7  # decoding sequences in the current decode segment
+WI_SEG_X0 = 8  # summed context at the segment's first step
+WI_SEG_M = 9  # steps in the segment
+WI_MIXED = 10  # 1 if the current decode-worker pass holds prefill chunks
 NWI = 11
 
 # ---- per-worker floats ----
-WF_BUSY = 0         # end of the current pass, +inf when idle
-WF_T0 = 1           # start of the current pass
-WF_WAKE = 2         # idle decode worker: when its queue head becomes ready
+WF_BUSY = 0  # end of the current pass, +inf when idle
+WF_T0 = 1  # start of the current pass
+WF_WAKE = 2  # idle decode worker: when its queue head becomes ready
 NWF = 3
 
 # ---- replica counters ----
-RI_SEQ = 0          # arrivals so far
-RI_DONE_MEAS = 1    # measured requests completed
-RI_STAMP = 2        # LRU clock
-RI_RR = 3           # round-robin pointer
-RI_DECIDE = 4       # routing decisions so far (random stream counter)
+RI_SEQ = 0  # arrivals so far
+RI_DONE_MEAS = 1  # measured requests completed
+RI_STAMP = 2  # LRU clock
+RI_RR = 3  # round-robin pointer
+RI_DECIDE = 4  # routing decisions so far (random stream counter)
 RI_HEAPN = 5
-RI_FREE_TOP = 6     # open loop: free slots on the stack in queue row W + 1
-RI_STATUS = 7       # 0 ok, 1 slot overflow, 2 event limit
+RI_FREE_TOP = 6  # open loop: free slots on the stack in queue row W + 1
+RI_STATUS = 7  # 0 ok, 1 slot overflow, 2 event limit
 RI_EVENTS = 8
-RI_NOPEN = 9        # open loop: requests generated
+RI_NOPEN = 9  # open loop: requests generated
 RI_INFLIGHT = 10
 NRI = 11
 
-RF_NEXT_ARR = 0     # open loop: next arrival time
-RF_T = 1            # current time
-RF_FIRST_ARR = 2    # first measured arrival
-RF_LAST_DONE = 3    # last measured completion
+RF_NEXT_ARR = 0  # open loop: next arrival time
+RF_T = 1  # current time
+RF_FIRST_ARR = 2  # first measured arrival
+RF_LAST_DONE = 3  # last measured completion
 NRF = 4
 
 # ---- outputs ----
@@ -203,7 +203,7 @@ OI_CACHED = 5
 OI_PW = 6
 OI_DW = 7
 OI_CHOSEN = 8
-OI_DONE = 9         # 1 once written (conservation check)
+OI_DONE = 9  # 1 once written (conservation check)
 NOI = 10
 
 RNG_F_ISL = 1

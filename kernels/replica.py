@@ -99,6 +99,7 @@ def build(jit, rng, cache, router, heap, cl):
     cl_q_pop = cl.q_pop
     cl_q_push = cl.q_push
     cl_route = cl.route
+
     @jit
     def plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t):
         """Start a pass on idle prefill worker w: its own queue first, then (pull) the shared queue.
@@ -135,8 +136,7 @@ def build(jit, rng, cache, router, heap, cl):
                         break
                     slot_i[r, s, SI_CACHED] = hit
                     slot_i[r, s, SI_NEED] = isl - hit * bs
-                elif cache_acquire(pc, wk_i, rep_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED], ip[P_G],
-                                   ip[P_PKV]) < 0:
+                elif cache_acquire(pc, wk_i, rep_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED], ip[P_G], ip[P_PKV]) < 0:
                     break
                 slot_i[r, s, SI_ADMIT] = 1
                 slot_f[r, s, SF_TPF] = t
@@ -208,8 +208,9 @@ def build(jit, rng, cache, router, heap, cl):
             prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t)
 
     @jit
-    def decode_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f,
-                   out_i, r, key, d, t):
+    def decode_end(
+        ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, d, t
+    ):
         k = wk_i[r, d, WI_SEG_M]
         wk_f[r, d, WF_BUSY] = INF
         wk_i[r, d, WI_MIXED] = 0
@@ -232,8 +233,9 @@ def build(jit, rng, cache, router, heap, cl):
                 last = wk_i[r, d, WI_NRUN] - 1
                 run[r, d, i] = run[r, d, last]
                 wk_i[r, d, WI_NRUN] = last
-                cl_finish(ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r,
-                          key, s, t)
+                cl_finish(
+                    ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, s, t
+                )
             else:
                 i += 1
 
@@ -243,8 +245,9 @@ def build(jit, rng, cache, router, heap, cl):
         cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, cand, r, key, s, t)
 
     @jit
-    def simulate_replica(r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i,
-                         rep_f, out_f, out_i, cand):
+    def simulate_replica(
+        r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+    ):
         key = rng_replica_key(ip[P_SEED], ip[P_STREAM], ip[P_RBASE] + r)
         n_p = ip[P_NP]
         n_w = n_p + ip[P_ND]
@@ -300,8 +303,27 @@ def build(jit, rng, cache, router, heap, cl):
                     prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t)
             for d in range(n_p, n_w):
                 if wk_f[r, d, WF_BUSY] == t:
-                    decode_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c,
-                               out_f, out_i, r, key, d, t)
+                    decode_end(
+                        ip,
+                        fp,
+                        slot_i,
+                        slot_f,
+                        wk_i,
+                        wk_f,
+                        pc,
+                        queue,
+                        run,
+                        rep_i,
+                        rep_f,
+                        heap_t,
+                        heap_c,
+                        out_f,
+                        out_i,
+                        r,
+                        key,
+                        d,
+                        t,
+                    )
             if rep_i[r, RI_DONE_MEAS] >= ip[P_N]:
                 break
             if closed:
@@ -309,8 +331,26 @@ def build(jit, rng, cache, router, heap, cl):
                     c = heap_pop(heap_t, heap_c, rep_i, r)
                     kc = slot_i[r, c, SI_KCOUNT]
                     slot_i[r, c, SI_KCOUNT] = kc + 1
-                    arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key,
-                           c, rng_client_request_id(c, kc), t)
+                    arrive(
+                        ip,
+                        fp,
+                        tabs,
+                        slot_i,
+                        slot_f,
+                        wk_i,
+                        wk_f,
+                        pc,
+                        queue,
+                        rep_i,
+                        rep_f,
+                        out_i,
+                        cand,
+                        r,
+                        key,
+                        c,
+                        rng_client_request_id(c, kc),
+                        t,
+                    )
             else:
                 while rep_f[r, RF_NEXT_ARR] <= t:
                     top = rep_i[r, RI_FREE_TOP]
@@ -321,8 +361,9 @@ def build(jit, rng, cache, router, heap, cl):
                     s = queue[r, n_w + 1, top - 1]
                     n = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = n + 1
-                    arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key,
-                           s, n, t)
+                    arrive(
+                        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key, s, n, t
+                    )
                     rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, RNG_F_GAP * 8, 1.0 / fp[F_RATE])
                 if rep_i[r, RI_STATUS] != 0:
                     break
@@ -337,5 +378,6 @@ def build(jit, rng, cache, router, heap, cl):
                 rep_i[r, RI_STATUS] = STATUS_EVENTS
                 break
 
-    return Namespace(plan_prefill=plan_prefill, prefill_end=prefill_end, decode_end=decode_end,
-                     simulate_replica=simulate_replica)
+    return Namespace(
+        plan_prefill=plan_prefill, prefill_end=prefill_end, decode_end=decode_end, simulate_replica=simulate_replica
+    )

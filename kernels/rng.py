@@ -69,6 +69,13 @@ def build(jit):
     def client_request_id(client, k):
         return (np.int64(client) << np.int64(32)) + np.int64(k)
 
-    return Namespace(mix64=mix64, replica_key=replica_key, uniform=uniform, exponential=exponential,
-               normal=normal, below=below, client_request_id=client_request_id, S32=_S32)
-
+    return Namespace(
+        mix64=mix64,
+        replica_key=replica_key,
+        uniform=uniform,
+        exponential=exponential,
+        normal=normal,
+        below=below,
+        client_request_id=client_request_id,
+        S32=_S32,
+    )

@@ -18,7 +18,6 @@ import numpy as np
 from ._ns import Namespace
 from .layout import (
     POL_KV,
-    POL_LEAST_LOADED,
     POL_POWER_OF_D,
     POL_RANDOM,
     POL_ROUND_ROBIN,
@@ -46,8 +45,7 @@ def build(jit, rng, cache):
 
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
-        return (omega * cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs) / bs
-                + cand_blocks(wk_i, pc, r, w, g, pfx, pblk))
+        return omega * cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs) / bs + cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
 
     @jit
     def load_of(wk_i, r, w, by_tokens):
@@ -137,5 +135,6 @@ def build(jit, rng, cache):
                     best = lo + i
         return best
 
-    return Namespace(cand_tokens=cand_tokens, cand_blocks=cand_blocks, kv_cost=kv_cost, choose=choose,
-                     fewest_blocks=fewest_blocks)
+    return Namespace(
+        cand_tokens=cand_tokens, cand_blocks=cand_blocks, kv_cost=kv_cost, choose=choose, fewest_blocks=fewest_blocks
+    )

@@ -15,5 +15,4 @@ def build(jit) -> Namespace:
     h = heap.build(jit)
     cl = cluster.build(jit, r, c, ro, h)
     rep = replica.build(jit, r, c, ro, h, cl)
-    return Namespace(rng=r, cache=c, router=ro, heap=h, cluster=cl, replica=rep,
-                     simulate_replica=rep.simulate_replica)
+    return Namespace(rng=r, cache=c, router=ro, heap=h, cluster=cl, replica=rep, simulate_replica=rep.simulate_replica)

@@ -4,6 +4,6 @@ __version__ = "0.1.0"
 
 # Imported eagerly on purpose: importing the submodule `poa_mc.load` later would otherwise
 # overwrite the package attribute `load` with the module. poa_mc.load imports only the stdlib.
-from poa_mc.load import Run, load  # noqa: E402
+from poa_mc.load import Run, load
 
 __all__ = ["Run", "__version__", "load"]

@@ -48,17 +48,20 @@ import numpy as np
 from poa_mc.kernels import layout as L
 from poa_mc.spec import CellSpec, Dist, SpecError
 
-_FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST,
-         "aggregated": L.FLOW_AGGREGATED}
-_POLICY = {"kv": L.POL_KV, "round_robin": L.POL_ROUND_ROBIN, "random": L.POL_RANDOM,
-           "least_loaded": L.POL_LEAST_LOADED, "power_of_d": L.POL_POWER_OF_D, "pull": L.POL_PULL}
-_DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL,
-         "empirical": L.DIST_EMPIRICAL}
+_FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
+_POLICY = {
+    "kv": L.POL_KV,
+    "round_robin": L.POL_ROUND_ROBIN,
+    "random": L.POL_RANDOM,
+    "least_loaded": L.POL_LEAST_LOADED,
+    "power_of_d": L.POL_POWER_OF_D,
+    "pull": L.POL_PULL,
+}
+_DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 _PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
 
 SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms")
-SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker",
-                     "decode_worker")
+SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker")
 _OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT)
 _OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW)
 
@@ -110,14 +113,25 @@ def n_candidates(spec: CellSpec) -> int:
     return c.n_prefill if c.flow == "prefill_first" else c.n_decode
 
 
-def pack_params(spec: CellSpec, *, requests: int, warmup: int, seed: int, stream: int,
-                record_candidates: bool, naive_decode: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack_params(
+    spec: CellSpec,
+    *,
+    requests: int,
+    warmup: int,
+    seed: int,
+    stream: int,
+    record_candidates: bool,
+    naive_decode: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
     spec.validate()
     c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
     if pol.kind == "pull" and c.flow != "prefill_first":
-        raise SpecError("policy.kind", "pull routes to prefill workers: it needs cluster.flow = prefill_first "
-                        "(decode_first prefill workers always pull)")
+        raise SpecError(
+            "policy.kind",
+            "pull routes to prefill workers: it needs cluster.flow = prefill_first "
+            "(decode_first prefill workers always pull)",
+        )
     n_p = 0 if c.flow == "aggregated" else c.n_prefill
     slots = w.concurrency if w.arrival == "closed" else c.max_inflight
     ip = np.zeros(L.NP_I, dtype=np.int64)
@@ -235,9 +249,20 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def simulate(spec: CellSpec, *, replicas: int, requests: int, warmup: int, seed: int, stream: int,
-             backend: str = "cpu", record_candidates: bool = True, naive_decode: bool = False,
-             max_batch_bytes: int | None = None, parallel: bool = True) -> SimResult:
+def simulate(
+    spec: CellSpec,
+    *,
+    replicas: int,
+    requests: int,
+    warmup: int,
+    seed: int,
+    stream: int,
+    backend: str = "cpu",
+    record_candidates: bool = True,
+    naive_decode: bool = False,
+    max_batch_bytes: int | None = None,
+    parallel: bool = True,
+) -> SimResult:
     """Simulate `replicas` independent replicas of one cell; see the module docstring."""
     if replicas < 1:
         raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
@@ -246,8 +271,15 @@ def simulate(spec: CellSpec, *, replicas: int, requests: int, warmup: int, seed:
     if warmup < 0:
         raise SpecError("run.warmup", f"must be >= 0, got {warmup}")
     backend = resolve_backend(backend)
-    ip, fp, tabs = pack_params(spec, requests=requests, warmup=warmup, seed=seed, stream=stream,
-                               record_candidates=record_candidates, naive_decode=naive_decode)
+    ip, fp, tabs = pack_params(
+        spec,
+        requests=requests,
+        warmup=warmup,
+        seed=seed,
+        stream=stream,
+        record_candidates=record_candidates,
+        naive_decode=naive_decode,
+    )
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     k = int(ip[L.P_K])
     shapes = _shapes(ip, n_workers, requests, k, record_candidates)
@@ -260,20 +292,33 @@ def simulate(spec: CellSpec, *, replicas: int, requests: int, warmup: int, seed:
     else:
         from poa_mc.kernels import cpu as target
     if per_rep > budget:
-        raise EngineError(f"one replica needs {per_rep / 2**20:.1f} MiB of state, more than the "
-                          f"{budget / 2**20:.1f} MiB available; reduce requests or cluster.max_inflight")
+        raise EngineError(
+            f"one replica needs {per_rep / 2**20:.1f} MiB of state, more than the "
+            f"{budget / 2**20:.1f} MiB available; reduce requests or cluster.max_inflight"
+        )
     batch = max(1, min(replicas, budget // per_rep))
     n_batches = -(-replicas // batch)
     samples = {name: np.empty((replicas, requests), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
-    samples.update({name: np.empty((replicas, requests), dtype=np.int64 if name == "seq" else np.int32)
-                    for name in SAMPLE_INT_FIELDS})
+    samples.update(
+        {
+            name: np.empty((replicas, requests), dtype=np.int64 if name == "seq" else np.int32)
+            for name in SAMPLE_INT_FIELDS
+        }
+    )
     cands = {}
     if record_candidates:
-        cands = {"cand_tokens": np.empty((replicas, requests, k)), "cand_blocks": np.empty((replicas, requests, k)),
-                 "chosen": np.empty((replicas, requests), dtype=np.int32)}
-    rep = {"window_ms": np.empty(replicas), "simulated": np.empty(replicas, dtype=np.int64),
-           "events": np.empty(replicas, dtype=np.int64), "status": np.empty(replicas, dtype=np.int64),
-           "written": np.empty(replicas, dtype=np.int64)}
+        cands = {
+            "cand_tokens": np.empty((replicas, requests, k)),
+            "cand_blocks": np.empty((replicas, requests, k)),
+            "chosen": np.empty((replicas, requests), dtype=np.int32),
+        }
+    rep = {
+        "window_ms": np.empty(replicas),
+        "simulated": np.empty(replicas, dtype=np.int64),
+        "events": np.empty(replicas, dtype=np.int64),
+        "status": np.empty(replicas, dtype=np.int64),
+        "written": np.empty(replicas, dtype=np.int64),
+    }
     compile_s = 0.0
     wall = 0.0
     for b in range(n_batches):
@@ -287,31 +332,41 @@ def simulate(spec: CellSpec, *, replicas: int, requests: int, warmup: int, seed:
         compile_s += csec
         of, oi = out["out_f"], out["out_i"]
         for name, j in zip(SAMPLE_FLOAT_FIELDS, _OF):
-            samples[name][r0:r0 + nr] = of[:, :, j]
+            samples[name][r0 : r0 + nr] = of[:, :, j]
         for name, j in zip(SAMPLE_INT_FIELDS, _OI):
-            samples[name][r0:r0 + nr] = oi[:, :, j]
+            samples[name][r0 : r0 + nr] = oi[:, :, j]
         if record_candidates:
-            cands["cand_tokens"][r0:r0 + nr] = out["cand"][:, :, :, 0]
-            cands["cand_blocks"][r0:r0 + nr] = out["cand"][:, :, :, 1]
-            cands["chosen"][r0:r0 + nr] = oi[:, :, L.OI_CHOSEN]
+            cands["cand_tokens"][r0 : r0 + nr] = out["cand"][:, :, :, 0]
+            cands["cand_blocks"][r0 : r0 + nr] = out["cand"][:, :, :, 1]
+            cands["chosen"][r0 : r0 + nr] = oi[:, :, L.OI_CHOSEN]
         ri, rf = out["rep_i"], out["rep_f"]
-        rep["window_ms"][r0:r0 + nr] = rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR]
-        rep["simulated"][r0:r0 + nr] = ri[:, L.RI_SEQ]
-        rep["events"][r0:r0 + nr] = ri[:, L.RI_EVENTS]
-        rep["status"][r0:r0 + nr] = ri[:, L.RI_STATUS]
-        rep["written"][r0:r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
+        rep["window_ms"][r0 : r0 + nr] = rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR]
+        rep["simulated"][r0 : r0 + nr] = ri[:, L.RI_SEQ]
+        rep["events"][r0 : r0 + nr] = ri[:, L.RI_EVENTS]
+        rep["status"][r0 : r0 + nr] = ri[:, L.RI_STATUS]
+        rep["written"][r0 : r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
         code = int(rep["status"][bad[0]])
-        why = {1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
-                  "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
-               2: "the event limit was reached (the cluster made no progress)",
-               3: "the simulation stalled with requests left (a request cannot fit a worker)"}.get(code, str(code))
+        why = {
+            1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
+            "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
+            2: "the event limit was reached (the cluster made no progress)",
+            3: "the simulation stalled with requests left (a request cannot fit a worker)",
+        }.get(code, str(code))
         raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}")
     # seq order (arrival order) is the row order already: rows are indexed by seq - warmup
-    return SimResult(samples=samples, candidates=cands, replica=rep, wall_s=wall, compile_s=compile_s,
-                     backend=backend, device=target.device_name(), batches=n_batches,
-                     state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES))
+    return SimResult(
+        samples=samples,
+        candidates=cands,
+        replica=rep,
+        wall_s=wall,
+        compile_s=compile_s,
+        backend=backend,
+        device=target.device_name(),
+        batches=n_batches,
+        state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES),
+    )
 
 
 def default_threads() -> int:

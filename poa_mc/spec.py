@@ -63,7 +63,9 @@ class Dist:
 
     def validate(self, path: str) -> None:
         if self.kind not in DIST_KINDS:
-            raise SpecError(f"{path}.dist", f"unknown distribution {self.kind!r}; expected one of {', '.join(DIST_KINDS)}")
+            raise SpecError(
+                f"{path}.dist", f"unknown distribution {self.kind!r}; expected one of {', '.join(DIST_KINDS)}"
+            )
         if self.kind == "fixed" and self.value < 1:
             raise SpecError(path, f"must be a positive token count, got {self.value}")
         if self.kind == "uniform":
@@ -157,7 +159,9 @@ class ProfileSpec:
                 if 0 < u < 1:
                     lo = min(lo, self.d2 * u * u + self.d1 * u + self.d0)
             if lo < self.d_min:
-                raise SpecError(f"{path}.d0", f"decode step polynomial falls below d_min={self.d_min} ms on u in [0, 1]")
+                raise SpecError(
+                    f"{path}.d0", f"decode step polynomial falls below d_min={self.d_min} ms on u in [0, 1]"
+                )
             for name in ("p0", "p1", "p2"):
                 if getattr(self, name) < 0:
                     raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")

@@ -1,0 +1,320 @@
+"""The `poa-mc` command line: run, validate, presets, reduce, plot (+ submit, status from slurm_cmds).
+
+Exit codes: 0 success, 2 bad input (bad grid, bad option, a directory of another run),
+1 anything else. Set POA_MC_DEBUG=1 to see the traceback of an unexpected error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+import poa_mc
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_GRID = "quickstart"
+
+
+class BadInput(Exception):
+    """Anything the user can fix in their input; exit code 2."""
+
+
+def _grids_dir() -> Path:
+    return Path(str(resources.files("poa_mc.data") / "grids"))
+
+
+def builtin_grids() -> dict[str, Path]:
+    """Built-in grid name -> file (data/grids/*.toml)."""
+    return {p.stem: p for p in sorted(_grids_dir().glob("*.toml"))}
+
+
+def builtin_profiles() -> dict[str, str]:
+    try:
+        from poa_mc.profiles import BUILTIN_PROFILES
+    except ImportError:
+        return {"dynamo-mocker": "Dynamo 1.6.1 mocker default polynomial timing"}
+    return dict(BUILTIN_PROFILES)
+
+
+def resolve_grid_path(arg: str | None) -> Path:
+    """A grid argument: a file path, or the name of a built-in grid (default: quickstart)."""
+    if arg is None:
+        arg = DEFAULT_GRID
+    path = Path(arg)
+    if path.is_file():
+        return path
+    grids = builtin_grids()
+    if arg in grids:
+        return grids[arg]
+    raise BadInput(f"--grid: {arg!r} is neither a file nor a built-in grid ({', '.join(grids)})")
+
+
+def load_grid_arg(arg: str | None):
+    """Parse and validate a grid argument; BadInput on any problem (with the key path)."""
+    from poa_mc.config import ConfigError, load_grid
+
+    path = resolve_grid_path(arg)
+    try:
+        return load_grid(path)
+    except ConfigError as e:
+        raise BadInput(f"{path}: {e}") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _handle_errors(fn: F) -> F:
+    """Map exceptions to exit codes: bad input 2, anything else 1 (click's own usage errors: 2)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from poa_mc.config import ConfigError
+        from poa_mc.store import RunDirError
+
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except (BadInput, ConfigError, RunDirError) as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(2)
+        except Exception as e:
+            if os.environ.get("POA_MC_DEBUG"):
+                raise
+            click.echo(f"Error: {type(e).__name__}: {e}  (POA_MC_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(poa_mc.__version__, prog_name="poa-mc")
+def main() -> None:
+    """Monte Carlo Price of Anarchy for disaggregated LLM serving.
+
+    \b
+    Quick start:   poa-mc run                    (built-in quickstart grid, under a minute)
+    Your grid:     poa-mc validate grid.toml && poa-mc run --grid grid.toml
+    Analyse:       python -c "import poa_mc; print(poa_mc.load('runs/quickstart').poa.collect())"
+
+    Exit codes: 0 success, 2 bad input, 1 anything else.
+    """
+
+
+@main.command()
+@click.option(
+    "--grid",
+    "grid_arg",
+    metavar="FILE|NAME",
+    default=None,
+    help="Grid file, or a built-in grid name (see `poa-mc presets`). Default: quickstart.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run directory. Default: the grid's [run].out.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default=None,
+    help="Where the engine runs. Default: the grid's [run].backend.",
+)
+@click.option(
+    "--shard",
+    metavar="I/N",
+    default=None,
+    help="Run only shard I of N (0-based); the reduce is skipped until all cells exist.",
+)
+@click.option("--resume", is_flag=True, help="Skip cells already complete in --out (same grid and seed only).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines.")
+@_handle_errors
+def run(
+    grid_arg: str | None, out: Path | None, backend: str | None, shard: str | None, resume: bool, quiet: bool
+) -> None:
+    """Simulate every cell of a grid, then reduce and plot.
+
+    Results go to the run directory: manifest.json, cells.parquet, samples/ (one Parquet file per
+    cell, written atomically as each finishes), summary.parquet, poa.parquet and plots/. A run
+    killed partway keeps its finished cells; run it again with --resume to do the rest.
+    """
+    from poa_mc.grid import parse_shard
+    from poa_mc.runner import run_grid
+
+    grid = load_grid_arg(grid_arg)
+    shard_t = None
+    if shard is not None:
+        try:
+            shard_t = parse_shard(shard)
+        except ValueError as e:
+            raise BadInput(f"--shard: {e}") from None
+    say = (lambda *_: None) if quiet else click.echo
+    t0 = time.perf_counter()
+    report = run_grid(
+        grid, out=out, backend=backend, shard=shard_t, resume=resume, quiet=quiet, log=lambda m: click.echo(m, err=True)
+    )
+    dt = time.perf_counter() - t0
+    done = f"ran {len(report.ran)} cell(s)"
+    if report.skipped:
+        done += f", {len(report.skipped)} already complete"
+    say(f"{done} in {dt:.1f} s; {report.complete}/{report.total} cells of the grid are complete")
+    if report.reduced:
+        say(f"results: {report.out / 'summary.parquet'}, {report.out / 'poa.parquet'}")
+        if report.plots:
+            say(f"plots:   {report.out / 'plots'}/ ({', '.join(p.name for p in report.plots)})")
+        say(f"analyse: python -c \"import poa_mc; print(poa_mc.load('{report.out}').poa.collect())\"")
+    elif shard_t is not None:
+        say(f"shard {shard_t[0]}/{shard_t[1]} done; reduce with `poa-mc reduce {report.out}` once all shards finish")
+
+
+@main.command()
+@click.argument("grid_file", metavar="FILE")
+@_handle_errors
+def validate(grid_file: str) -> None:
+    """Check a grid file (every key, every cell) without running anything."""
+    from poa_mc.grid import estimate_cost
+
+    grid = load_grid_arg(grid_file)
+    cells = grid.cells()
+    r = grid.run
+    total = sum(estimate_cost(c, r) for c in cells)
+    click.echo(
+        f"ok: {grid.source}: {len(cells)} cells = {len(grid.topologies)} topologies x {len(grid.loads)} "
+        f"{grid.load_axis} values x {len(grid.policies)} policies; {r.replicas} replicas x "
+        f"({r.requests} + {r.warmup} warm-up) requests per cell; {len(cells) * r.replicas * (r.requests + r.warmup):,} "
+        f"simulated requests (cost units {total:,.0f}); selfish policy {grid.poa.selfish!r}; out {r.out}"
+    )
+
+
+@main.command()
+@click.option("--show", "name", metavar="NAME", default=None, help="Print one built-in grid (TOML) or profile.")
+@_handle_errors
+def presets(name: str | None) -> None:
+    """List the built-in grids and timing profiles."""
+    grids, profiles = builtin_grids(), builtin_profiles()
+    if name is not None:
+        if name in grids:
+            click.echo(grids[name].read_text(), nl=False)
+            return
+        if name in profiles:
+            from poa_mc.config import _parse_profile
+
+            spec = _parse_profile({"profile": {"name": name}})
+            click.echo(f"{name}: {profiles[name]}")
+            for k, v in vars(spec).items():
+                click.echo(f"  {k} = {v!r}")
+            return
+        raise BadInput(f"--show: no built-in grid or profile named {name!r}")
+    click.echo("grids (poa-mc run --grid NAME):")
+    for g, path in grids.items():
+        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+        click.echo(f"  {g:<32} {first}")
+    click.echo("profiles ([profile] name = ...):")
+    for p, desc in profiles.items():
+        click.echo(f"  {p:<32} {desc}")
+
+
+@main.command()
+@click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--allow-partial", is_flag=True, help="Summarise the cells present even if some are missing.")
+@click.option("--window", type=click.IntRange(min=1), default=None, help="Override [poa].window for this reduce.")
+@click.option("--slots", type=click.IntRange(min=0), default=None, help="Override [poa].slots (0 = ceil(window/K)).")
+@click.option("--cost", type=click.Choice(["router", "ttft", "observed"]), default=None, help="Override [poa].cost.")
+@click.option(
+    "--social-cost",
+    type=click.Choice(["mean_ttft", "mean_e2e", "p99_ttft"]),
+    default=None,
+    help="Override [poa].social_cost.",
+)
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Redraw the figures afterwards.")
+@_handle_errors
+def reduce(
+    run_dir: Path,
+    allow_partial: bool,
+    window: int | None,
+    slots: int | None,
+    cost: str | None,
+    social_cost: str | None,
+    plot: bool,
+) -> None:
+    """Rebuild summary.parquet and poa.parquet of DIR from its samples alone."""
+    from poa_mc.reduce import reduce_run
+
+    if not (run_dir / "manifest.json").exists():
+        raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
+    overrides = {
+        k: v
+        for k, v in {"window": window, "slots": slots, "cost": cost, "social_cost": social_cost}.items()
+        if v is not None
+    }
+    if overrides.get("window") is not None or overrides.get("slots") is not None:
+        _check_slots(run_dir, overrides)
+    summary, poa = reduce_run(run_dir, allow_partial=allow_partial, overrides=overrides)
+    click.echo(f"summary: {run_dir / 'summary.parquet'} ({summary.height} cells)")
+    click.echo(f"poa:     {run_dir / 'poa.parquet'} ({poa.height} topology x load points)")
+    if plot and poa.height:
+        from poa_mc.plots import plot_run
+
+        paths = plot_run(run_dir)
+        click.echo(f"plots:   {run_dir / 'plots'}/ ({', '.join(p.name for p in paths)})")
+
+
+def _check_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
+    import json
+
+    poa = {**json.loads((run_dir / "manifest.json").read_text())["grid"]["poa"], **overrides}
+    if poa["slots"]:
+        import polars as pl
+
+        cells = pl.read_parquet(run_dir / "cells.parquet")
+        k = cells.select(
+            pl.when(pl.col("flow") == "prefill_first").then(pl.col("n_prefill")).otherwise(pl.col("n_decode")).min()
+        ).item()
+        if poa["slots"] * k < poa["window"]:
+            raise BadInput(f"--slots: {poa['slots']} slots x {k} workers cannot take a window of {poa['window']}")
+
+
+@main.command()
+@click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@_handle_errors
+def plot(run_dir: Path) -> None:
+    """Redraw the figures of DIR (into DIR/plots/) from summary.parquet and poa.parquet."""
+    from poa_mc.plots import plot_run
+
+    if not (run_dir / "summary.parquet").exists():
+        raise BadInput(f"{run_dir}: no summary.parquet; run `poa-mc reduce {run_dir}` first")
+    paths = plot_run(run_dir)
+    for p in paths:
+        click.echo(str(p))
+
+
+def _register_optional_commands() -> None:
+    # submit/status live in cli/slurm_cmds.py; a checkout without it still gets a working CLI,
+    # but an error *inside* that module must not be swallowed.
+    try:
+        from poa_mc.cli import slurm_cmds
+    except ModuleNotFoundError as e:
+        if e.name != "poa_mc.cli.slurm_cmds":
+            raise
+        return
+    if hasattr(slurm_cmds, "register"):
+        slurm_cmds.register(main)
+    else:
+        for cmd in getattr(slurm_cmds, "COMMANDS", ()):
+            main.add_command(cmd)
+
+
+_register_optional_commands()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,439 @@
+"""Grid files: TOML schema, strict validation, and the resolved grid.
+
+A grid file names one workload, one cluster template, one timing profile, a list of topologies,
+a list of loads and a list of routing policies. `load_grid` parses it with tomllib, checks every
+key (unknown keys, wrong types, empty lists, duplicates) and returns a frozen `GridConfig`. Every
+error is a `ConfigError` whose `path` names the offending key, e.g. `grid.topology[1]`. The
+per-cell checks of `CellSpec.validate()` also run here (through `grid.expand`), so a grid that
+loads is a grid that can run. docs/grid.md documents every key, unit and default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from poa_mc.spec import ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+
+BACKENDS = ("auto", "cpu", "cuda")
+SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
+POA_COSTS = ("router", "ttft", "observed")
+SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "poa")
+TOPOLOGY_RE = re.compile(r"^(\d+)P/(\d+)D$")
+
+
+class ConfigError(SpecError):
+    """A grid file that cannot run; `path` is the key path (`grid.topology[1]`)."""
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """[run]: Monte Carlo sizes and where results go."""
+
+    name: str = "run"
+    seed: int = 1
+    replicas: int = 64
+    requests: int = 1000
+    warmup: int = 100
+    backend: str = "auto"
+    out: str = ""
+
+
+@dataclass(frozen=True)
+class PoaSection:
+    """[poa]: how the Price of Anarchy is estimated (see poa_mc.estimators)."""
+
+    selfish: str = ""
+    social_cost: str = "mean_ttft"
+    window: int = 8
+    cost: str = "router"
+    slots: int = 0  # 0 = ceil(window / K), K = candidate workers of the cell
+    overlap_weight: float = 1.0
+    freeze: bool = True
+    bootstrap: int = 1000
+
+
+@dataclass(frozen=True)
+class Topology:
+    label: str
+    n_prefill: int
+    n_decode: int
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """A parsed, validated grid. `workload` and `cluster` are templates: the load and the topology
+    of each cell are filled in by `poa_mc.grid.expand`."""
+
+    run: RunSection
+    profile: ProfileSpec
+    workload: WorkloadSpec
+    cluster: ClusterSpec
+    topologies: tuple[Topology, ...]
+    load_axis: str  # "concurrency" (closed loop, clients) or "rate" (Poisson, req/s)
+    loads: tuple[float, ...]
+    policies: tuple[PolicySpec, ...]
+    poa: PoaSection
+    source: str = "<string>"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return _jsonable(d)
+
+    def cells(self) -> list:
+        from poa_mc.grid import expand
+
+        return expand(self)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# small typed readers: each returns the value or raises ConfigError naming the key path
+
+
+def _type_name(t: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(t, t.__name__)
+
+
+def _coerce(value: Any, typ: type, path: str) -> Any:
+    # bool is a subclass of int in Python; TOML keeps them apart, so do we.
+    if typ is bool:
+        ok = isinstance(value, bool)
+    elif typ is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif typ is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ConfigError(path, f"must be a finite number, got {value}")
+    else:
+        ok = isinstance(value, typ)
+    if not ok:
+        raise ConfigError(path, f"must be {_type_name(typ)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_keys(table: dict, allowed: dict | tuple, path: str) -> None:
+    for key in table:
+        if key not in allowed:
+            hint = difflib.get_close_matches(key, list(allowed), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else f"; allowed: {', '.join(sorted(allowed))}"
+            raise ConfigError(f"{path}.{key}" if path else key, f"unknown key{extra}")
+
+
+def _table(doc: dict, key: str, path: str) -> dict:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"must be a table, got {type(value).__name__}")
+    return value
+
+
+def _read_fields(table: dict, fields: dict[str, tuple[type, Any]], path: str) -> dict[str, Any]:
+    _check_keys(table, fields, path)
+    return {k: (_coerce(table[k], t, f"{path}.{k}") if k in table else default) for k, (t, default) in fields.items()}
+
+
+def _choice(value: str, choices: tuple[str, ...], path: str) -> str:
+    if value not in choices:
+        raise ConfigError(path, f"must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _positive(value: float, path: str, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
+
+
+def _parse_run(doc: dict) -> RunSection:
+    f = _read_fields(
+        _table(doc, "run", "run"),
+        {
+            "name": (str, "run"),
+            "seed": (int, 1),
+            "replicas": (int, 64),
+            "requests": (int, 1000),
+            "warmup": (int, 100),
+            "backend": (str, "auto"),
+            "out": (str, ""),
+        },
+        "run",
+    )
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", f["name"]):
+        raise ConfigError("run.name", f"use letters, digits, '.', '_' or '-' only, got {f['name']!r}")
+    if f["seed"] < 0:
+        raise ConfigError("run.seed", f"must be >= 0, got {f['seed']}")
+    _positive(f["replicas"], "run.replicas")
+    _positive(f["requests"], "run.requests")
+    _positive(f["warmup"], "run.warmup", allow_zero=True)
+    _choice(f["backend"], BACKENDS, "run.backend")
+    if not f["out"]:
+        f["out"] = f"runs/{f['name']}"
+    return RunSection(**f)
+
+
+_DIST_FIELDS: dict[str, dict[str, tuple[type, Any]]] = {
+    "fixed": {"value": (int, None)},
+    "uniform": {"low": (int, None), "high": (int, None)},
+    "lognormal": {"mean": (float, None), "sigma": (float, None), "cap": (int, 1 << 20)},
+    "empirical": {"values": (list, None)},
+}
+
+
+def parse_dist(value: Any, path: str) -> Dist:
+    """A token-count distribution: a plain integer (fixed) or a `{ dist = ..., ... }` table."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        dist = Dist("fixed", value=value)
+    elif isinstance(value, dict):
+        kind = _coerce(value.get("dist", "fixed"), str, f"{path}.dist")
+        if kind not in _DIST_FIELDS:
+            raise ConfigError(f"{path}.dist", f"must be one of {', '.join(_DIST_FIELDS)}, got {kind!r}")
+        fields = _DIST_FIELDS[kind]
+        _check_keys(value, {"dist": None, **fields}, path)
+        kw: dict[str, Any] = {}
+        for k, (t, default) in fields.items():
+            if k not in value:
+                if default is None:
+                    raise ConfigError(f"{path}.{k}", f"required for dist = {kind!r}")
+                kw[k] = default
+            else:
+                kw[k] = _coerce(value[k], t, f"{path}.{k}")
+        if kind == "empirical":
+            if not kw["values"]:
+                raise ConfigError(f"{path}.values", "must be a non-empty list of token counts")
+            kw["values"] = tuple(_coerce(v, int, f"{path}.values[{i}]") for i, v in enumerate(kw["values"]))
+        dist = Dist(kind, **kw)
+    else:
+        raise ConfigError(path, f"must be an integer or a {{ dist = ... }} table, got {type(value).__name__}")
+    try:
+        dist.validate(path)
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    return dist
+
+
+def _parse_workload(doc: dict) -> tuple[WorkloadSpec, str]:
+    table = _table(doc, "workload", "workload")
+    for key in ("concurrency", "rate", "rate_rps"):
+        if key in table:
+            raise ConfigError(f"workload.{key}", "the load is a grid axis: set it as a list in [grid]")
+    base = WorkloadSpec()
+    f = _read_fields(
+        {k: v for k, v in table.items() if k not in ("isl", "osl")},
+        {
+            "prefix_groups": (int, base.prefix_groups),
+            "prefix_ratio": (float, base.prefix_ratio),
+            "popularity": (str, base.popularity),
+            "zipf_alpha": (float, base.zipf_alpha),
+            "arrival": (str, base.arrival),
+            "think_ms": (float, base.think_ms),
+        },
+        "workload",
+    )
+    f["isl"] = parse_dist(table["isl"], "workload.isl") if "isl" in table else base.isl
+    f["osl"] = parse_dist(table["osl"], "workload.osl") if "osl" in table else base.osl
+    spec = WorkloadSpec(**f)
+    return spec, f["arrival"]
+
+
+_CLUSTER_FIELDS = {
+    f.name: (float if isinstance(f.default, float) else type(f.default), f.default)
+    for f in dataclasses.fields(ClusterSpec)
+    if f.name not in ("n_prefill", "n_decode")
+}
+
+
+def _parse_cluster(doc: dict) -> ClusterSpec:
+    table = _table(doc, "cluster", "cluster")
+    for key in ("n_prefill", "n_decode"):
+        if key in table:
+            raise ConfigError(f"cluster.{key}", 'worker counts come from grid.topology ("xP/yD")')
+    return ClusterSpec(**_read_fields(table, _CLUSTER_FIELDS, "cluster"))
+
+
+def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec:
+    """The [profile] table through poa_mc.profiles; roofline decode slopes are per unit of the
+    decode worker's KV capacity, hence the cluster's decode_kv_blocks and block_size."""
+    table = _table(doc, "profile", "profile")
+    if not table:
+        table = {"name": "dynamo-mocker"}
+    from poa_mc.profiles import resolve_profile
+
+    try:
+        if cluster is not None:
+            profile = resolve_profile(
+                table, "profile", kv_blocks=cluster.decode_kv_blocks, block_size=cluster.block_size
+            )
+        else:
+            profile = resolve_profile(table, "profile")
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError("profile", str(e)) from None
+    return profile
+
+
+def _parse_grid_axes(doc: dict, arrival: str) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
+    if "grid" not in doc:
+        raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
+    table = _table(doc, "grid", "grid")
+    _check_keys(table, ("topology", "concurrency", "rate"), "grid")
+
+    def read_list(key: str) -> list:
+        value = table[key]
+        if not isinstance(value, list):
+            raise ConfigError(f"grid.{key}", f"must be a list, got {type(value).__name__}")
+        if not value:
+            raise ConfigError(f"grid.{key}", "must not be empty")
+        return value
+
+    if "topology" not in table:
+        raise ConfigError("grid.topology", 'required: a list such as ["1P/2D", "1P/5D"]')
+    topologies: list[Topology] = []
+    seen: dict[tuple[int, int], int] = {}
+    for i, label in enumerate(read_list("topology")):
+        path = f"grid.topology[{i}]"
+        label = _coerce(label, str, path)
+        m = TOPOLOGY_RE.match(label)
+        if not m:
+            raise ConfigError(path, f'"{label}" is not of the form xP/yD (e.g. "1P/2D")')
+        key = (int(m.group(1)), int(m.group(2)))
+        if key in seen:
+            raise ConfigError(path, f'"{label}" repeats grid.topology[{seen[key]}]')
+        seen[key] = i
+        topologies.append(Topology(f"{key[0]}P/{key[1]}D", *key))
+
+    axis = "concurrency" if arrival == "closed" else "rate"
+    other = "rate" if axis == "concurrency" else "concurrency"
+    if other in table:
+        raise ConfigError(f"grid.{other}", f"workload.arrival = {arrival!r} sweeps grid.{axis}, not grid.{other}")
+    if axis not in table:
+        raise ConfigError(f"grid.{axis}", f"required for workload.arrival = {arrival!r}")
+    loads: list[float] = []
+    for i, value in enumerate(read_list(axis)):
+        path = f"grid.{axis}[{i}]"
+        value = _coerce(value, int if axis == "concurrency" else float, path)
+        _positive(value, path)
+        if value in loads:
+            raise ConfigError(path, f"{value} repeats grid.{axis}[{loads.index(value)}]")
+        loads.append(value)
+    return tuple(topologies), axis, tuple(loads)
+
+
+_POLICY_FIELDS = {
+    "name": (str, None),
+    "kind": (str, "kv"),
+    "overlap_weight": (float, 1.0),
+    "temperature": (float, 0.0),
+    "d": (int, 2),
+}
+
+
+def _parse_policies(doc: dict) -> tuple[PolicySpec, ...]:
+    if "policy" not in doc:
+        raise ConfigError("policy", "at least one [[policy]] table is required")
+    tables = doc["policy"]
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError("policy", "must be an array of tables: write each one as [[policy]]")
+    if not tables:
+        raise ConfigError("policy", "must not be empty")
+    policies: list[PolicySpec] = []
+    names: dict[str, int] = {}
+    for i, t in enumerate(tables):
+        path = f"policy[{i}]"
+        if "name" not in t:
+            raise ConfigError(f"{path}.name", "required: every policy needs a unique name")
+        f = _read_fields(t, _POLICY_FIELDS, path)
+        if f["name"] in names:
+            raise ConfigError(f"{path}.name", f"duplicate policy name {f['name']!r} (also policy[{names[f['name']]}])")
+        if not f["name"] or "/" in f["name"]:
+            raise ConfigError(f"{path}.name", f"must be non-empty and contain no '/', got {f['name']!r}")
+        names[f["name"]] = i
+        spec = PolicySpec(**f)
+        try:
+            spec.validate(path)
+        except SpecError as e:
+            raise ConfigError(e.path, e.message) from None
+        policies.append(spec)
+    return tuple(policies)
+
+
+def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
+    f = _read_fields(
+        _table(doc, "poa", "poa"),
+        {
+            "selfish": (str, ""),
+            "social_cost": (str, "mean_ttft"),
+            "window": (int, 8),
+            "cost": (str, "router"),
+            "slots": (int, 0),
+            "overlap_weight": (float, 1.0),
+            "freeze": (bool, True),
+            "bootstrap": (int, 1000),
+        },
+        "poa",
+    )
+    names = [p.name for p in policies]
+    if not f["selfish"]:
+        # The greedy KV router is what the paper calls selfish; fall back to the first policy.
+        f["selfish"] = next((p.name for p in policies if p.kind == "kv"), names[0])
+    elif f["selfish"] not in names:
+        raise ConfigError("poa.selfish", f"{f['selfish']!r} names no policy; policies: {', '.join(names)}")
+    _choice(f["social_cost"], SOCIAL_COSTS, "poa.social_cost")
+    _choice(f["cost"], POA_COSTS, "poa.cost")
+    _positive(f["window"], "poa.window")
+    _positive(f["slots"], "poa.slots", allow_zero=True)
+    _positive(f["overlap_weight"], "poa.overlap_weight", allow_zero=True)
+    if f["bootstrap"] < 100:
+        raise ConfigError("poa.bootstrap", f"must be >= 100 resamples, got {f['bootstrap']}")
+    return PoaSection(**f)
+
+
+def parse_grid(doc: dict, source: str = "<string>") -> GridConfig:
+    """Validate a parsed TOML document and resolve it into a GridConfig (cells checked too)."""
+    _check_keys(doc, SECTIONS, "")
+    run = _parse_run(doc)
+    workload, arrival = _parse_workload(doc)
+    cluster = _parse_cluster(doc)
+    profile = _parse_profile(doc, cluster)
+    topologies, axis, loads = _parse_grid_axes(doc, arrival)
+    policies = _parse_policies(doc)
+    poa = _parse_poa(doc, policies)
+    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source)
+    grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path
+    return grid
+
+
+def load_grid(path: str | Path) -> GridConfig:
+    """Read and validate a grid file. Raises ConfigError (bad grid) or OSError (unreadable file)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    return loads_grid(text, str(path))
+
+
+def loads_grid(text: str, source: str = "<string>") -> GridConfig:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(source, f"not valid TOML: {e}") from None
+    return parse_grid(doc, source)

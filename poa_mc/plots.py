@@ -1,0 +1,177 @@
+"""Figures of a reduced run (PNG, matplotlib Agg backend, no display needed).
+
+plots/poa_vs_load.png   PoA-hat and counterfactual PoA against load, one panel per topology,
+                        95% interval bands
+plots/poa_heatmap.png   PoA-hat over topology x load
+plots/ttft_p99.png      TTFT P99 against load, one line per policy, one panel per topology
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+from matplotlib.colors import LogNorm, Normalize
+
+from poa_mc.store import RunDir
+
+
+def _load_col(df: pl.DataFrame) -> tuple[str, str]:
+    if df.height and df["load_axis"][0] == "rate":
+        return "rate", "arrival rate (req/s)"
+    return "concurrency", "concurrency C (closed-loop clients)"
+
+
+def _panels(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(a), a, np.nan)
+
+
+def _set_load_scale(ax: plt.Axes, x: np.ndarray) -> None:
+    x = np.unique(x[np.isfinite(x) & (x > 0)])
+    if x.size > 1 and x.max() / x.min() >= 8:
+        ax.set_xscale("log", base=2)
+    if 0 < x.size <= 12:  # label the simulated loads themselves, not powers of two
+        ax.set_xticks(x, [f"{v:g}" for v in x])
+        ax.minorticks_off()
+
+
+def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
+    load, xlabel = _load_col(poa)
+    topologies = poa["topology"].unique(maintain_order=True).to_list()
+    fig, axes = _panels(len(topologies))
+    kind = poa["social_cost_kind"][0] if poa.height else ""
+    for ax, topo in zip(axes, topologies):
+        d = poa.filter(pl.col("topology") == topo).sort(load)
+        x = d[load].to_numpy().astype(float)
+        for col, label, color in (
+            ("poa_hat", "PoA-hat (windowed Hungarian)", "tab:red"),
+            ("poa_cf", f"counterfactual PoA ({kind})", "tab:blue"),
+        ):
+            y = _finite(d[col].to_numpy())
+            ax.plot(x, y, marker="o", color=color, label=label)
+            ax.fill_between(
+                x,
+                _finite(d[f"{col}_lo"].to_numpy()),
+                _finite(d[f"{col}_hi"].to_numpy()),
+                color=color,
+                alpha=0.2,
+                linewidth=0,
+            )
+        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+        ymax = np.nanmax(np.r_[_finite(d["poa_hat_hi"].to_numpy()), _finite(d["poa_cf_hi"].to_numpy()), 1.0])
+        if ymax > 20:
+            ax.set_yscale("log")
+        _set_load_scale(ax, x)
+        ax.set_title(f"{topo}: Price of Anarchy vs load")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("PoA (ratio, 1 = optimal)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Price of Anarchy with 95% confidence bands (across replicas)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_poa_heatmap(poa: pl.DataFrame, path: Path) -> Path:
+    load, xlabel = _load_col(poa)
+    topologies = poa["topology"].unique(maintain_order=True).to_list()
+    loads = sorted(poa[load].unique().to_list())
+    z = np.full((len(topologies), len(loads)), np.nan)
+    for row in poa.iter_rows(named=True):
+        z[topologies.index(row["topology"]), loads.index(row[load])] = row["poa_hat"]
+    z = _finite(z)
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 1.0 * len(loads)), 1.8 + 0.7 * len(topologies)))
+    good = z[np.isfinite(z) & (z > 0)]
+    norm = (
+        LogNorm(vmin=good.min(), vmax=good.max())
+        if good.size and good.max() / good.min() > 10
+        else Normalize(vmin=np.nanmin(z) if good.size else 0, vmax=np.nanmax(z) if good.size else 1)
+    )
+    im = ax.imshow(z, aspect="auto", cmap="magma_r", norm=norm)
+    for i in range(z.shape[0]):
+        for j in range(z.shape[1]):
+            if np.isfinite(z[i, j]):
+                frac = norm(z[i, j])
+                ax.text(
+                    j,
+                    i,
+                    f"{z[i, j]:.3g}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if frac > 0.6 else "black",
+                )
+    ax.set_xticks(range(len(loads)), [f"{v:g}" for v in loads])
+    ax.set_yticks(range(len(topologies)), topologies)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("topology (prefill/decode workers)")
+    ax.set_title("PoA-hat of the selfish policy over topology x load", fontsize=10)
+    fig.colorbar(im, ax=ax, label="PoA-hat (ratio)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ttft_p99(summary: pl.DataFrame, path: Path) -> Path:
+    load, xlabel = _load_col(summary)
+    topologies = summary["topology"].unique(maintain_order=True).to_list()
+    policies = summary["policy"].unique(maintain_order=True).to_list()
+    fig, axes = _panels(len(topologies))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, topo in zip(axes, topologies):
+        for i, pol in enumerate(policies):
+            d = summary.filter((pl.col("topology") == topo) & (pl.col("policy") == pol)).sort(load)
+            if not d.height:
+                continue
+            x = d[load].to_numpy().astype(float)
+            c = colors[i % len(colors)]
+            ax.plot(x, d["ttft_p99_ms"].to_numpy(), marker="o", color=c, label=pol)
+            ax.fill_between(
+                x, d["ttft_p99_ms_lo"].to_numpy(), d["ttft_p99_ms_hi"].to_numpy(), color=c, alpha=0.2, linewidth=0
+            )
+        _set_load_scale(ax, summary[load].to_numpy().astype(float))
+        ax.set_yscale("log")
+        ax.set_title(f"{topo}: TTFT P99 vs load")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("TTFT P99 (ms)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(title="policy", fontsize=8)
+    fig.suptitle("Time to first token, 99th percentile per replica, 95% bands")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_run(root: str | Path) -> list[Path]:
+    """Draw every figure of a reduced run into DIR/plots/; returns the paths written."""
+    run_dir = RunDir(root)
+    summary = pl.read_parquet(run_dir.summary_path)
+    poa = pl.read_parquet(run_dir.poa_path)
+    run_dir.plots_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    if poa.height:
+        out.append(plot_poa_vs_load(poa, run_dir.plots_dir / "poa_vs_load.png"))
+        out.append(plot_poa_heatmap(poa, run_dir.plots_dir / "poa_heatmap.png"))
+    if summary.height:
+        out.append(plot_ttft_p99(summary, run_dir.plots_dir / "ttft_p99.png"))
+    return out

@@ -1,0 +1,263 @@
+"""Samples on disk -> summary.parquet (one row per cell) and poa.parquet (one row per point).
+
+Works from the run directory alone (manifest, cells.parquet, samples/), one cell at a time so
+memory stays bounded by the largest cell. Deterministic: the bootstrap generators are seeded from
+the run seed and the cell id / point stream, so reducing the same samples twice gives the same
+bytes (the resume guarantee relies on it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from poa_mc.estimators import (
+    Estimate,
+    bootstrap_mean_interval,
+    counterfactual_poa,
+    per_replica_quantile,
+    poa_hat_from_candidates,
+    ratio_interval,
+    social_cost_per_replica,
+    t_interval,
+)
+from poa_mc.spec import ProfileSpec
+from poa_mc.store import RunDir, RunDirError, atomic_write_parquet
+
+
+class IncompleteRunError(RunDirError):
+    """Some cells of the grid have no samples yet (a shard still running, or a killed run)."""
+
+
+@dataclass
+class CellStats:
+    row: dict[str, Any]
+    social: dict[str, np.ndarray] = field(default_factory=dict)  # per-replica social costs by kind
+
+
+def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
+    row[name], row[f"{name}_lo"], row[f"{name}_hi"] = est.value, est.lo, est.hi
+
+
+def _matrix(df: pl.DataFrame, name: str, r: int, n: int) -> np.ndarray:
+    return df[name].to_numpy().reshape(r, n)
+
+
+def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed: int) -> CellStats:
+    """Statistics of one cell from its samples frame (rows of all replicas)."""
+    df = df.sort(["replica", "seq"])
+    r = df["replica"].n_unique()
+    n = df.height // r
+    if r * n != df.height:
+        raise ValueError(f"cell {cell['cell_id']}: replicas have unequal request counts")
+    spec = json.loads(cell["spec_json"])
+    bs = int(spec["cluster"]["block_size"])
+    rng = np.random.default_rng([seed, int(cell["cell_id"][1:], 16)])
+    n_boot = int(poa.get("bootstrap", 1000))
+
+    ttft, e2e = _matrix(df, "ttft_ms", r, n), _matrix(df, "e2e_ms", r, n)
+    osl, isl = _matrix(df, "osl", r, n).astype(np.float64), _matrix(df, "isl", r, n)
+    row: dict[str, Any] = {"cell_id": cell["cell_id"], "replicas": r, "requests": n}
+    _put(row, "ttft_mean_ms", t_interval(ttft.mean(axis=1)))
+    for q in (50, 90, 99):
+        _put(row, f"ttft_p{q}_ms", bootstrap_mean_interval(per_replica_quantile(ttft, q / 100), rng, n_boot))
+    gaps = np.maximum(osl - 1, 0)
+    itl = _matrix(df, "itl_ms", r, n)
+    # Token-weighted mean ITL (sum of gaps / number of gaps), as Dynamo reports it.
+    _put(
+        row,
+        "itl_mean_ms",
+        ratio_interval((itl * gaps).sum(axis=1), gaps.sum(axis=1))
+        if gaps.sum()
+        else Estimate(math.nan, math.nan, math.nan),
+    )
+    _put(row, "e2e_mean_ms", t_interval(e2e.mean(axis=1)))
+    _put(row, "e2e_p99_ms", bootstrap_mean_interval(per_replica_quantile(e2e, 0.99), rng, n_boot))
+    for name in ("prefill_wait_ms", "decode_wait_ms"):
+        if name in df.columns:
+            _put(row, name.replace("_ms", "_mean_ms"), t_interval(_matrix(df, name, r, n).mean(axis=1)))
+
+    if "replica_window_ms" in df.columns:
+        window_ms = _matrix(df, "replica_window_ms", r, n)[:, 0]
+    else:
+        arr = _matrix(df, "arrival_ms", r, n)
+        window_ms = (arr + e2e).max(axis=1) - arr.min(axis=1)
+    window_s = np.where(window_ms > 0, window_ms / 1000.0, np.nan)
+    _put(row, "throughput_rps", t_interval(n / window_s))
+    _put(row, "output_tps", t_interval(osl.sum(axis=1) / window_s))
+    cached = _matrix(df, "cached_blocks", r, n).astype(np.float64)
+    prompt = _matrix(df, "prompt_blocks", r, n).astype(np.float64)
+    _put(row, "hit_rate", ratio_interval(cached.sum(axis=1), prompt.sum(axis=1)))
+
+    if {"cand_tokens", "cand_blocks", "chosen"} <= set(df.columns):
+        k = df.schema["cand_tokens"].size
+        ph = poa_hat_from_candidates(
+            df["cand_tokens"].to_numpy().reshape(r, n, k),
+            df["cand_blocks"].to_numpy().reshape(r, n, k),
+            _matrix(df, "chosen", r, n),
+            added_tokens=np.maximum(isl - cached * bs, 0),
+            added_blocks=np.maximum(prompt - cached, 0),
+            window=int(poa["window"]),
+            slots=int(poa.get("slots", 0)),
+            cost=poa.get("cost", "router"),
+            block_size=bs,
+            overlap_weight=float(poa.get("overlap_weight", 1.0)),
+            profile=ProfileSpec(**spec["profile"]),
+            isl=isl,
+            freeze=bool(poa.get("freeze", True)),
+            ttft_ms=ttft,
+        )
+        _put(row, "poa_hat", ph.estimate() if ph.windows else Estimate(math.nan, math.nan, math.nan))
+        row["poa_hat_windows"] = ph.windows * r
+    else:
+        _put(row, "poa_hat", Estimate(math.nan, math.nan, math.nan))
+        row["poa_hat_windows"] = 0
+
+    social = {kind: social_cost_per_replica(kind, ttft, e2e) for kind in ("mean_ttft", "mean_e2e", "p99_ttft")}
+    row["social_cost"] = float(social[poa["social_cost"]].mean())
+    return CellStats(row, social)
+
+
+_ID_COLUMNS = [
+    "cell_id",
+    "index",
+    "point",
+    "topology",
+    "n_prefill",
+    "n_decode",
+    "load_axis",
+    "concurrency",
+    "rate",
+    "policy",
+    "policy_kind",
+]
+
+
+def reduce_run(
+    root: str | Path,
+    *,
+    allow_partial: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Rebuild summary.parquet and poa.parquet from the samples of a run directory.
+
+    `overrides` replaces [poa] keys (window, slots, cost, social_cost, overlap_weight, freeze)
+    for this reduction. Raises IncompleteRunError when cells are missing (unless allow_partial:
+    then only complete cells, and only points whose policies are all complete, are reported).
+    """
+    run_dir = RunDir(root)
+    manifest = run_dir.read_manifest()
+    fp = manifest["fingerprint"]
+    poa = {**manifest["grid"]["poa"], **(overrides or {})}
+    seed = int(manifest["seed"])
+    cells = pl.read_parquet(run_dir.cells_path)
+    known = set(cells["cell_id"])
+
+    on_disk = run_dir.complete_cells()
+    foreign = sorted(on_disk - known)
+    if foreign:
+        raise RunDirError(
+            f"{run_dir.samples_dir} holds cells of another grid ({', '.join(foreign[:3])}...); refusing to mix"
+        )
+    stale = sorted(c for c in on_disk if (run_dir.read_meta(c) or {}).get("fingerprint") != fp)
+    if stale:
+        raise RunDirError(
+            f"cells {', '.join(stale[:3])} were written by a different run (fingerprint); refusing to mix"
+        )
+    missing = known - on_disk
+    if missing and not allow_partial:
+        raise IncompleteRunError(
+            f"{len(missing)} of {len(known)} cells have no samples yet; run the remaining shards "
+            f"(or `poa-mc run --resume`), or reduce with --allow-partial"
+        )
+
+    stats: dict[str, CellStats] = {}
+    for cell in cells.sort("index").iter_rows(named=True):
+        if cell["cell_id"] in on_disk:
+            stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed)
+
+    summary = _summary_frame(cells, stats)
+    poa_df = _poa_frame(cells, stats, poa, seed)
+    atomic_write_parquet(summary, run_dir.summary_path)
+    atomic_write_parquet(poa_df, run_dir.poa_path)
+    run_dir.finalize_manifest()
+    return summary, poa_df
+
+
+def _summary_frame(cells: pl.DataFrame, stats: dict[str, CellStats]) -> pl.DataFrame:
+    if not stats:
+        return cells.select(_ID_COLUMNS).clear()
+    body = pl.DataFrame([s.row for s in stats.values()], infer_schema_length=None)
+    body = body.with_columns(
+        pl.col(c).cast(pl.Float64)
+        for c in body.columns
+        if c not in ("cell_id", "replicas", "requests", "poa_hat_windows")
+    )
+    return cells.select(_ID_COLUMNS).join(body, on="cell_id", how="inner").sort("index")
+
+
+def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, Any], seed: int) -> pl.DataFrame:
+    rows = []
+    selfish = poa["selfish"]
+    for (point,), group in cells.sort("index").group_by(["point"], maintain_order=True):
+        ids = group["cell_id"].to_list()
+        if not all(i in stats for i in ids):
+            continue
+        first = group.row(0, named=True)
+        policies = group["policy"].to_list()
+        costs = {p: stats[i].social[poa["social_cost"]] for p, i in zip(policies, ids)}
+        selfish_id = ids[policies.index(selfish)]
+        rng = np.random.default_rng([seed, int(first["stream"]), 1])
+        cf = counterfactual_poa(costs, selfish, rng, int(poa.get("bootstrap", 1000)))
+        s = stats[selfish_id].row
+        rows.append(
+            {
+                "point": point,
+                "topology": first["topology"],
+                "n_prefill": first["n_prefill"],
+                "n_decode": first["n_decode"],
+                "load_axis": first["load_axis"],
+                "concurrency": first["concurrency"],
+                "rate": first["rate"],
+                "selfish_policy": selfish,
+                "social_cost_kind": poa["social_cost"],
+                "poa_hat": s["poa_hat"],
+                "poa_hat_lo": s["poa_hat_lo"],
+                "poa_hat_hi": s["poa_hat_hi"],
+                "poa_cf": cf.poa,
+                "poa_cf_lo": cf.lo,
+                "poa_cf_hi": cf.hi,
+                "best_policy": cf.best_policy,
+                "social_cost_selfish": cf.cost_selfish,
+                "social_cost_best": cf.cost_best,
+                "policies": len(policies),
+            }
+        )
+    schema = {
+        "point": pl.Int64,
+        "topology": pl.String,
+        "n_prefill": pl.Int64,
+        "n_decode": pl.Int64,
+        "load_axis": pl.String,
+        "concurrency": pl.Int64,
+        "rate": pl.Float64,
+        "selfish_policy": pl.String,
+        "social_cost_kind": pl.String,
+        "poa_hat": pl.Float64,
+        "poa_hat_lo": pl.Float64,
+        "poa_hat_hi": pl.Float64,
+        "poa_cf": pl.Float64,
+        "poa_cf_lo": pl.Float64,
+        "poa_cf_hi": pl.Float64,
+        "best_policy": pl.String,
+        "social_cost_selfish": pl.Float64,
+        "social_cost_best": pl.Float64,
+        "policies": pl.Int64,
+    }
+    return pl.DataFrame(rows, schema=schema)

@@ -1,0 +1,263 @@
+"""The run directory: Parquet layout, manifest, atomic writes, resume.
+
+    DIR/manifest.json                      run-level facts + fingerprint (+ per-cell timings)
+    DIR/cells.parquet                      one row per cell of the grid
+    DIR/meta/<cell_id>.json                per-cell timings, written just before the samples
+    DIR/samples/cell_id=<id>/part.parquet  per-request samples of a finished cell (commit point)
+    DIR/summary.parquet, DIR/poa.parquet   written by reduce
+    DIR/plots/*.png                        written by plot
+
+Every file is written to a temporary name in its final folder and renamed into place
+(os.replace is atomic on POSIX), so a reader or a killed run never sees half a file. A cell is
+complete exactly when its samples file exists; its meta file is written first, so a complete cell
+always has its timings. Shards of one run may write into the same DIR concurrently: they only
+ever add different cells, and the files they share (manifest, cells.parquet) have equal content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+import poa_mc
+
+MANIFEST_FORMAT = 1
+
+
+class RunDirError(Exception):
+    """The directory cannot be used for this run (wrong grid or seed, not a run dir). Exit code 2."""
+
+
+def fingerprint(resolved_grid: dict[str, Any], version: str = poa_mc.__version__) -> str:
+    """Hash of what determines the results: the resolved grid (seed included) and the version.
+
+    `run.out` and `run.backend` are left out: results do not depend on where they are written or
+    on the backend (the engine's random streams are keyed by seed, stream and replica only).
+    """
+    g = json.loads(json.dumps(resolved_grid))
+    g.get("run", {}).pop("out", None)
+    g.get("run", {}).pop("backend", None)
+    blob = json.dumps({"grid": g, "version": version}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    """Commit of the poa-mc source tree when it is a git checkout (editable installs)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(poa_mc.__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _tmp_name(path: Path) -> Path:
+    # Ends in ".tmp", never ".parquet": a glob over samples/**/*.parquet must not see it.
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def atomic_write_parquet(df: pl.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    df.write_parquet(tmp, compression="zstd", statistics=True)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _create_exclusive_json(path: Path, obj: Any) -> bool:
+    """Write `path` only if it does not exist yet, atomically; False if someone else was first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    try:
+        os.link(tmp, path)  # fails if path exists: the first shard wins, the others compare
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class RunDir:
+    """Paths and operations of one run directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    manifest_path = property(lambda self: self.root / "manifest.json")
+    cells_path = property(lambda self: self.root / "cells.parquet")
+    samples_dir = property(lambda self: self.root / "samples")
+    meta_dir = property(lambda self: self.root / "meta")
+    summary_path = property(lambda self: self.root / "summary.parquet")
+    poa_path = property(lambda self: self.root / "poa.parquet")
+    plots_dir = property(lambda self: self.root / "plots")
+
+    def sample_path(self, cell_id: str) -> Path:
+        return self.samples_dir / f"cell_id={cell_id}" / "part.parquet"
+
+    def meta_path(self, cell_id: str) -> Path:
+        return self.meta_dir / f"{cell_id}.json"
+
+    # -- manifest ------------------------------------------------------------------------------
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            raise RunDirError(f"{self.root}: no manifest.json; not a poa-mc run directory")
+        return json.loads(self.manifest_path.read_text())
+
+    def prepare(self, manifest: dict[str, Any], cells_df: pl.DataFrame, *, resume: bool) -> bool:
+        """Make DIR ready for this run; True if it already held this run (same fingerprint).
+
+        Refuses (RunDirError) a directory that holds another run, or files but no manifest.
+        """
+        if self.root.exists() and not self.root.is_dir():
+            raise RunDirError(f"{self.root} exists and is not a directory")
+        existing = self.root.exists() and any(self.root.iterdir())
+        if existing and not self.manifest_path.exists():
+            raise RunDirError(f"{self.root} is not empty and holds no manifest.json; choose another --out")
+        if existing:
+            self._check_same_run(self.read_manifest(), manifest)
+        elif resume and not existing:
+            pass  # nothing to resume: a fresh run
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not _create_exclusive_json(self.manifest_path, manifest):
+            self._check_same_run(self.read_manifest(), manifest)  # a concurrent shard was first
+        if not self.cells_path.exists():
+            atomic_write_parquet(cells_df, self.cells_path)
+        return existing
+
+    @staticmethod
+    def _check_same_run(old: dict[str, Any], new: dict[str, Any]) -> None:
+        if old.get("fingerprint") == new.get("fingerprint"):
+            return
+        why = []
+        if old.get("seed") != new.get("seed"):
+            why.append(f"seed {old.get('seed')} there, {new.get('seed')} here")
+        if old.get("poa_mc_version") != new.get("poa_mc_version"):
+            why.append(f"poa-mc {old.get('poa_mc_version')} there, {new.get('poa_mc_version')} here")
+        diff = _first_difference(old.get("grid", {}), new.get("grid", {}), ignore={"out", "backend", "seed"})
+        if diff:
+            why.append(f"grid differs at {diff}")
+        raise RunDirError(
+            "this directory holds a different run ("
+            + ("; ".join(why) or "different fingerprint")
+            + "); use another --out, or delete the directory to start over"
+        )
+
+    def finalize_manifest(self) -> dict[str, Any]:
+        """Merge the per-cell meta files of complete cells into manifest.json."""
+        manifest = self.read_manifest()
+        cells: dict[str, Any] = {}
+        for cid in sorted(self.complete_cells()):
+            meta = self.read_meta(cid)
+            if meta is not None:
+                cells[cid] = {k: v for k, v in meta.items() if k not in ("cell_id", "fingerprint")}
+        manifest["cells"] = cells
+        manifest["devices"] = sorted({f"{m.get('backend')}: {m.get('device')}" for m in cells.values()})
+        atomic_write_json(self.manifest_path, manifest)
+        return manifest
+
+    # -- cells ---------------------------------------------------------------------------------
+
+    def read_meta(self, cell_id: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.meta_path(cell_id).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def complete_cells(self, fingerprint: str | None = None) -> set[str]:
+        """Cell ids whose samples file exists (and, if given, whose meta has this fingerprint)."""
+        done = set()
+        if not self.samples_dir.exists():
+            return done
+        for d in self.samples_dir.iterdir():
+            if d.name.startswith("cell_id=") and (d / "part.parquet").exists():
+                cid = d.name[len("cell_id=") :]
+                if fingerprint is not None:
+                    meta = self.read_meta(cid)
+                    if meta is None or meta.get("fingerprint") != fingerprint:
+                        continue
+                done.add(cid)
+        return done
+
+    def write_cell(self, cell_id: str, samples: pl.DataFrame, meta: dict[str, Any]) -> None:
+        """Meta first, samples last: the samples file is the commit point of a cell."""
+        atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta})
+        atomic_write_parquet(samples, self.sample_path(cell_id))
+
+    def read_samples(self, cell_id: str) -> pl.DataFrame:
+        return pl.read_parquet(self.sample_path(cell_id))
+
+
+def _first_difference(a: Any, b: Any, ignore: set[str], path: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k in ignore:
+                continue
+            sub = f"{path}.{k}" if path else k
+            if k not in a or k not in b:
+                return sub
+            d = _first_difference(a[k], b[k], ignore, sub)
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} vs {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = _first_difference(x, y, ignore, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else f"{path} ({a!r} there, {b!r} here)"
+
+
+def samples_frame(samples: dict[str, Any], candidates: dict[str, Any] | None) -> pl.DataFrame:
+    """Flatten a SimResult's (replicas, requests[, K]) arrays into one row per measured request.
+
+    Columns: `replica` (Int32) first, then every samples array in the engine's order, then, when
+    recorded, `chosen` (Int32) and the candidate arrays as fixed-size list columns
+    (Array(Float64, K)): everything reduce needs to recompute PoA-hat from disk.
+    """
+    import numpy as np
+
+    first = next(iter(samples.values()))
+    r, n = first.shape
+    cols: dict[str, Any] = {"replica": pl.Series("replica", np.repeat(np.arange(r, dtype=np.int32), n))}
+    for name, arr in samples.items():
+        cols[name] = pl.Series(name, np.ascontiguousarray(arr).reshape(r * n))
+    if candidates:
+        for name, arr in candidates.items():
+            arr = np.ascontiguousarray(arr)
+            if arr.ndim == 2:
+                cols[name] = pl.Series(name, arr.reshape(r * n))
+            else:
+                cols[name] = pl.Series(name, arr.reshape(r * n, arr.shape[2]))
+    return pl.DataFrame(cols)

@@ -1,0 +1,30 @@
+"""`python tests/_kill_after.py K poa-mc-args...`: the CLI, SIGKILLed when cell K+1 starts.
+
+Used by test_cli's kill-and-resume test: a real kill (no cleanup, no finally blocks), after
+exactly K cells were written.
+"""
+
+import os
+import signal
+import sys
+
+from poa_mc import runner
+
+kill_after = int(sys.argv[1])
+real = runner._default_simulate()
+calls = 0
+
+
+def simulate(*args, **kwargs):
+    global calls
+    if calls == kill_after:
+        os.kill(os.getpid(), signal.SIGKILL)
+    calls += 1
+    return real(*args, **kwargs)
+
+
+runner._default_simulate = lambda: simulate
+
+from poa_mc.cli.main import main  # noqa: E402 - after the patch above, on purpose
+
+main(sys.argv[2:], prog_name="poa-mc")

@@ -1,0 +1,122 @@
+import pytest
+
+from poa_mc.config import ConfigError, load_grid, loads_grid
+from poa_mc.spec import Dist
+from tests.grids_for_tests import SMALL
+
+
+def test_quickstart_loads_and_expands():
+    from poa_mc.cli.main import builtin_grids
+
+    grid = load_grid(builtin_grids()["quickstart"])
+    assert grid.run.name == "quickstart"
+    cells = grid.cells()
+    assert len(cells) == len(grid.topologies) * len(grid.loads) * len(grid.policies)
+    assert grid.poa.selfish == "dynamo-default"
+
+
+def test_small_grid_resolves_defaults():
+    grid = loads_grid(SMALL)
+    assert grid.run.out == "runs/small"
+    assert grid.run.backend == "auto"
+    assert grid.workload.isl == Dist("fixed", value=512)
+    assert grid.load_axis == "concurrency"
+    assert grid.loads == (4, 32)
+    assert [t.label for t in grid.topologies] == ["1P/2D", "1P/3D"]
+    assert grid.poa.window == 4 and grid.poa.cost == "router" and grid.poa.slots == 0
+    assert grid.profile.name == "dynamo-mocker"
+
+
+def _err(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        loads_grid(text)
+    return e.value
+
+
+def test_malformed_topology_names_its_index():
+    e = _err(SMALL.replace('["1P/2D", "1P/3D"]', '["1P/2D", "1P2D"]'))
+    assert str(e) == 'grid.topology[1]: "1P2D" is not of the form xP/yD (e.g. "1P/2D")'
+    assert e.path == "grid.topology[1]"
+
+
+@pytest.mark.parametrize(
+    "old,new,path",
+    [
+        ("prefix_groups = 4", "prefix_groups = 4\nprefix_grops = 2", "workload.prefix_grops"),
+        ("seed = 7", 'seed = "7"', "run.seed"),
+        ("concurrency = [4, 32]", "concurrency = []", "grid.concurrency"),
+        ('name = "rr"', 'name = "greedy"', "policy[1].name"),
+        ('selfish = "greedy"', 'selfish = "nobody"', "poa.selfish"),
+        ("concurrency = [4, 32]", "concurrency = [4, 4]", "grid.concurrency[1]"),
+        ("concurrency = [4, 32]", "rate = [1.0]", "grid.rate"),
+        ('kind = "round_robin"', 'kind = "roundrobin"', "policy[1].kind"),
+        ("isl = 512", 'isl = { dist = "uniform", low = 10 }', "workload.isl.high"),
+        ("isl = 512", 'isl = { dist = "gamma", mean = 3 }', "workload.isl.dist"),
+        ("isl = 512", "isl = 0", "workload.isl"),
+        ("window = 4", "window = 4\nslots = 1", "poa.slots"),
+        ('flow = "decode_first"', 'flow = "decode_first"\nn_decode = 3', "cluster.n_decode"),
+        ("[run]", "[rnu]", "rnu"),
+        ("osl = 16", "osl = 16\nconcurrency = 3", "workload.concurrency"),
+        ("replicas = 6", "replicas = 0", "run.replicas"),
+        ("replicas = 6", "replicas = true", "run.replicas"),
+    ],
+)
+def test_errors_name_the_key_path(old, new, path):
+    assert old in SMALL
+    e = _err(SMALL.replace(old, new, 1))
+    assert e.path == path, str(e)
+
+
+def test_unknown_key_suggests_the_right_one():
+    e = _err(SMALL.replace("prefix_groups = 4", "prefix_grops = 4"))
+    assert "did you mean 'prefix_groups'" in str(e)
+
+
+def test_cell_validation_maps_to_grid_keys():
+    # A load the cluster cannot hold: CellSpec.validate() says workload.concurrency; we point at the grid.
+    e = _err(
+        SMALL.replace("concurrency = [4, 32]", "concurrency = [4, 32]").replace(
+            'flow = "decode_first"', 'flow = "decode_first"\nmax_inflight = 16'
+        )
+    )
+    assert e.path == "grid.concurrency[1]"
+    assert "1P/2D" in str(e)
+    # A prompt bigger than the KV cache: stays a workload key.
+    e = _err(
+        SMALL.replace("isl = 512", "isl = 5000").replace(
+            'flow = "decode_first"', 'flow = "decode_first"\ndecode_kv_blocks = 8'
+        )
+    )
+    assert e.path == "workload.isl"
+
+
+def test_dist_tables_and_poisson_axis():
+    text = SMALL.replace("isl = 512", 'isl = { dist = "lognormal", mean = 400, sigma = 0.5, cap = 2000 }')
+    text = text.replace("osl = 16", 'osl = { dist = "empirical", values = [8, 16, 32] }')
+    text = text.replace("prefix_groups = 4", 'prefix_groups = 4\narrival = "poisson"')
+    text = text.replace("concurrency = [4, 32]", "rate = [0.5, 2]")
+    grid = loads_grid(text)
+    assert grid.workload.isl == Dist("lognormal", mean=400.0, sigma=0.5, cap=2000)
+    assert grid.workload.osl.values == (8, 16, 32)
+    assert grid.load_axis == "rate" and grid.loads == (0.5, 2.0)
+    cells = grid.cells()
+    assert {c.rate for c in cells} == {0.5, 2.0} and all(c.concurrency is None for c in cells)
+    assert all(c.spec.workload.rate_rps == c.rate for c in cells)
+
+
+def test_not_toml_is_a_config_error():
+    e = _err("[run\nname=")
+    assert "not valid TOML" in str(e)
+
+
+def test_selfish_defaults_to_first_kv_policy():
+    grid = loads_grid(SMALL.replace('selfish = "greedy"\n', ""))
+    assert grid.poa.selfish == "greedy"
+
+
+def test_to_dict_is_json_and_complete():
+    import json
+
+    d = loads_grid(SMALL).to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["run"]["seed"] == 7 and d["policies"][1]["kind"] == "round_robin"

@@ -1,0 +1,162 @@
+"""Engine invariants: conservation, determinism, common random numbers, closed-form decode, bad input."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from poa_mc.engine import EngineError, simulate
+from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+
+
+def cell(flow="prefill_first", n_p=1, n_d=2, policy="kv", **wl) -> CellSpec:
+    base = dict(isl=Dist("fixed", 1024), osl=Dist("fixed", 32), prefix_groups=4, prefix_ratio=0.5, concurrency=16)
+    base.update(wl)
+    return CellSpec(
+        cluster=ClusterSpec(n_prefill=n_p, n_decode=n_d, flow=flow),
+        workload=WorkloadSpec(**base),
+        policy=PolicySpec(kind=policy),
+    )
+
+
+RUN = dict(replicas=6, requests=300, warmup=30, seed=7, stream=3)
+FLOWS = [
+    ("prefill_first", "kv"),
+    ("prefill_first", "pull"),
+    ("prefill_first", "round_robin"),
+    ("decode_first", "kv"),
+    ("aggregated", "kv"),
+    ("decode_first", "power_of_d"),
+]
+
+
+@pytest.mark.parametrize("flow,policy", FLOWS)
+def test_conservation(flow, policy):
+    spec = cell(
+        flow,
+        n_p=2,
+        n_d=3,
+        policy=policy,
+        isl=Dist("uniform", low=100, high=3000),
+        osl=Dist("lognormal", mean=40, sigma=0.5, cap=400),
+    )
+    res = simulate(spec, **RUN)
+    s = res.samples
+    assert (res.replica["written"] == RUN["requests"]).all()  # each measured request completed exactly once
+    np.testing.assert_array_equal(
+        s["seq"], np.arange(RUN["warmup"], RUN["warmup"] + RUN["requests"])[None, :].repeat(RUN["replicas"], 0)
+    )
+    for name in ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms"):
+        assert np.isfinite(s[name]).all(), name
+        assert (s[name] >= 0).all(), name
+    assert (s["e2e_ms"] >= s["ttft_ms"]).all()
+    # tokens add up: e2e = ttft + (osl - 1) * itl
+    np.testing.assert_allclose(s["ttft_ms"] + (s["osl"] - 1) * s["itl_ms"], s["e2e_ms"], rtol=1e-9)
+    assert (s["cached_blocks"] <= s["prompt_blocks"]).all()
+    assert ((s["decode_worker"] >= 0) & (s["decode_worker"] < 3)).all()
+    assert res.replica["simulated"].min() >= RUN["requests"] + RUN["warmup"]
+
+
+def test_same_seed_is_bit_identical_and_independent_of_batching():
+    spec = cell("decode_first", n_p=1, n_d=3, concurrency=24)
+    a = simulate(spec, **RUN)
+    b = simulate(spec, **RUN, parallel=False)
+    c = simulate(spec, **RUN, max_batch_bytes=200_000)
+    assert c.batches > 1
+    for k in a.samples:
+        np.testing.assert_array_equal(a.samples[k], b.samples[k])
+        np.testing.assert_array_equal(a.samples[k], c.samples[k])
+    for k in a.candidates:
+        np.testing.assert_array_equal(a.candidates[k], c.candidates[k])
+    other = simulate(spec, **{**RUN, "seed": 8})
+    assert not np.array_equal(a.samples["ttft_ms"], other.samples["ttft_ms"])
+
+
+def test_common_random_numbers_across_policies():
+    # open loop: request n of a replica is the same request whatever the policy
+    kw = dict(arrival="poisson", rate_rps=20.0, concurrency=1)
+    a = simulate(cell(policy="kv", n_p=2, **kw), **RUN)
+    b = simulate(cell(policy="round_robin", n_p=2, **kw), **RUN)
+    for k in ("arrival_ms", "isl", "osl", "group"):
+        np.testing.assert_array_equal(a.samples[k], b.samples[k])
+    assert not np.array_equal(a.samples["prefill_worker"], b.samples["prefill_worker"])
+
+
+@pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
+def test_closed_form_decode_equals_step_by_step(flow):
+    spec = cell(
+        flow, n_p=1, n_d=2, concurrency=12, osl=Dist("uniform", low=1, high=80), isl=Dist("uniform", low=64, high=2000)
+    )
+    run = dict(RUN, requests=150)
+    fast = simulate(spec, **run)
+    naive = simulate(spec, **run, naive_decode=True)
+    assert naive.replica["events"].sum() > 3 * fast.replica["events"].sum()  # the reference really steps
+    for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms", "decode_wait_ms"):
+        np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
+    for k in ("decode_worker", "prefill_worker", "cached_blocks", "seq"):
+        np.testing.assert_array_equal(fast.samples[k], naive.samples[k])
+
+
+def test_mocker_lockstep_ttft_at_c8():
+    # REFERENCE section 4: 1P/2D at C = 8 on the mocker profile lands on one of two lockstep patterns
+    spec = CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=2), workload=WorkloadSpec(concurrency=8))
+    res = simulate(spec, replicas=4, requests=400, warmup=100, seed=1, stream=0)
+    p50 = float(np.median(res.samples["ttft_ms"]))
+    assert min(abs(p50 - 58), abs(p50 - 96)) < 10, p50
+
+
+def test_cuda_target_matches_cpu_under_simulator(tmp_path):
+    script = textwrap.dedent("""
+        import warnings, numpy as np
+        warnings.filterwarnings("ignore")
+        from poa_mc.engine import simulate
+        from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+        for flow, pol in [("prefill_first", "kv"), ("decode_first", "kv"), ("prefill_first", "power_of_d")]:
+            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow),
+                            workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", 12),
+                                                  prefix_groups=3, concurrency=6),
+                            policy=PolicySpec(kind=pol, temperature=0.0))
+            kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
+            a = simulate(spec, backend="cpu", **kw)
+            b = simulate(spec, backend="cuda", **kw)
+            assert b.device == "cuda simulator", b.device
+            for k in a.samples:
+                assert np.array_equal(a.samples[k], b.samples[k]), (flow, k)
+            for k in a.candidates:
+                assert np.array_equal(a.candidates[k], b.candidates[k]), (flow, k)
+        print("EQUAL")
+    """)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "EQUAL" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "mutate,path",
+    [
+        (lambda s: replace(s, cluster=replace(s.cluster, n_decode=0)), "cluster.n_decode"),
+        (lambda s: replace(s, cluster=replace(s.cluster, n_prefill=0)), "cluster.n_prefill"),
+        (lambda s: replace(s, workload=replace(s.workload, concurrency=0)), "workload.concurrency"),
+        (lambda s: replace(s, workload=replace(s.workload, isl=Dist("fixed", 2_000_000))), "workload.isl"),
+        (lambda s: replace(s, workload=replace(s.workload, arrival="poisson", rate_rps=-1.0)), "workload.rate"),
+        (lambda s: replace(s, workload=replace(s.workload, osl=Dist("fixed", -3))), "workload.osl"),
+        (lambda s: replace(s, profile=ProfileSpec(name="x", kind="exponential")), "profile.prefill_ms"),
+        (lambda s: replace(s, policy=PolicySpec(kind="power_of_d", d=9)), "policy.d"),
+    ],
+)
+def test_bad_input_names_the_field(mutate, path):
+    with pytest.raises(SpecError) as err:
+        simulate(mutate(cell()), **RUN)
+    assert err.value.path == path
+
+
+def test_overloaded_open_loop_is_reported():
+    spec = cell(arrival="poisson", rate_rps=5000.0)
+    spec = replace(spec, cluster=replace(spec.cluster, max_inflight=64))
+    with pytest.raises(EngineError, match="max_inflight"):
+        simulate(spec, **RUN)
