@@ -20,24 +20,24 @@ from .layout import RI_STAMP, WI_USED
 def build(jit):
     @jit
     def overlap(pc, r, w, g, pfx):
-        n = pc[r, w, g, 0]
+        n = np.int64(pc[r, w, g, 0])
         return n if n < pfx else pfx
 
     @jit
     def make_room(pc, wk_i, r, w, n_groups, capacity, need):
         """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do."""
-        while wk_i[r, w, WI_USED] + need > capacity:
+        while np.int64(wk_i[r, w, WI_USED]) + need > capacity:
             best = -1
             best_stamp = np.int64(0)
             for g in range(n_groups):
-                if pc[r, w, g, 0] > 0 and pc[r, w, g, 2] == 0:
-                    if best < 0 or pc[r, w, g, 1] < best_stamp:
+                if np.int64(pc[r, w, g, 0]) > 0 and np.int64(pc[r, w, g, 2]) == 0:
+                    if best < 0 or np.int64(pc[r, w, g, 1]) < best_stamp:
                         best = g
-                        best_stamp = pc[r, w, g, 1]
+                        best_stamp = np.int64(pc[r, w, g, 1])
             if best < 0:
                 return False
-            short = wk_i[r, w, WI_USED] + need - capacity
-            cut = pc[r, w, best, 0]
+            short = np.int64(wk_i[r, w, WI_USED]) + need - capacity
+            cut = np.int64(pc[r, w, best, 0])
             if cut > short:
                 cut = short
             pc[r, w, best, 0] -= cut
@@ -52,7 +52,7 @@ def build(jit):
         fit even after evicting every unpinned chain (nothing is changed then).
         """
         hit = overlap(pc, r, w, g, pfx)
-        grow = pfx - pc[r, w, g, 0]
+        grow = pfx - np.int64(pc[r, w, g, 0])
         if grow < 0:
             grow = 0
         if pfx > 0:

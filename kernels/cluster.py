@@ -179,8 +179,8 @@ def build(jit, rng, cache, router, heap):
     @jit
     def draw_group(key, a, n_groups, zipf, cdf):
         if not zipf:
-            return rng_below(key, a, RNG_F_GRP * 8, n_groups)
-        u = uniform(key, a, RNG_F_GRP * 8)
+            return rng_below(key, a, np.int64(RNG_F_GRP * 8), n_groups)
+        u = uniform(key, a, np.int64(RNG_F_GRP * 8))
         lo = 0
         hi = n_groups - 1
         while lo < hi:
@@ -194,18 +194,18 @@ def build(jit, rng, cache, router, heap):
     # ---------------------------------------------------------------- queues
     @jit
     def q_push(queue, wk_i, r, row, s, qcap):
-        n = wk_i[r, row, WI_QN]
+        n = np.int64(wk_i[r, row, WI_QN])
         queue[r, row, (wk_i[r, row, WI_QH] + n) % qcap] = s
         wk_i[r, row, WI_QN] = n + 1
 
     @jit
     def q_at(queue, wk_i, r, row, i, qcap):
-        return queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap]
+        return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
 
     @jit
     def q_pop(queue, wk_i, r, row, qcap):
-        s = queue[r, row, wk_i[r, row, WI_QH]]
-        wk_i[r, row, WI_QH] = (wk_i[r, row, WI_QH] + 1) % qcap
+        s = np.int64(queue[r, row, wk_i[r, row, WI_QH]])
+        wk_i[r, row, WI_QH] = (np.int64(wk_i[r, row, WI_QH]) + 1) % qcap
         wk_i[r, row, WI_QN] -= 1
         return s
 
@@ -244,14 +244,14 @@ def build(jit, rng, cache, router, heap):
             if t_ready < wk_f[r, d, WF_WAKE]:
                 wk_f[r, d, WF_WAKE] = t_ready
             return
-        if wk_i[r, d, WI_MIXED] == 1 or busy <= t_ready:
+        if np.int64(wk_i[r, d, WI_MIXED]) == 1 or busy <= t_ready:
             return
         t0 = wk_f[r, d, WF_T0]
-        x0 = wk_i[r, d, WI_SEG_X0]
-        n = wk_i[r, d, WI_SEG_N]
+        x0 = np.int64(wk_i[r, d, WI_SEG_X0])
+        n = np.int64(wk_i[r, d, WI_SEG_N])
         cap = np.float64(ip[P_DKV] * ip[P_B])
         lo = 1
-        hi = wk_i[r, d, WI_SEG_M]
+        hi = np.int64(wk_i[r, d, WI_SEG_M])
         while lo < hi:
             mid = (lo + hi) // 2
             if t0 + decode_span(fp, x0, n, mid, cap) >= t_ready:
@@ -276,41 +276,41 @@ def build(jit, rng, cache, router, heap):
         flow = ip[P_FLOW]
         wk_f[r, d, WF_WAKE] = INF
         # FCFS admission while blocks and sequence slots last
-        while wk_i[r, d, WI_QN] > 0:
-            s = q_at(queue, wk_i, r, d, 0, qcap)
+        while np.int64(wk_i[r, d, WI_QN]) > 0:
+            s = q_at(queue, wk_i, r, d, np.int64(0), qcap)
             if slot_f[r, s, SF_READY] > t:
                 wk_f[r, d, WF_WAKE] = slot_f[r, s, SF_READY]
                 break
-            if wk_i[r, d, WI_NRUN] >= ip[P_MAXSEQ]:
+            if np.int64(wk_i[r, d, WI_NRUN]) >= ip[P_MAXSEQ]:
                 break
-            total = (slot_i[r, s, SI_ISL] + slot_i[r, s, SI_OSL] + bs - 1) // bs
-            pfx = 0
+            total = (np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_OSL]) + bs - 1) // bs
+            pfx = np.int64(0)
             if flow != FLOW_PREFILL_FIRST:
-                pfx = slot_i[r, s, SI_PFX]
+                pfx = np.int64(slot_i[r, s, SI_PFX])
             held = total - pfx
-            if cache_acquire(pc, wk_i, rep_i, r, d, slot_i[r, s, SI_GRP], pfx, held, ip[P_G], ip[P_DKV]) < 0:
+            if cache_acquire(pc, wk_i, rep_i, r, d, np.int64(slot_i[r, s, SI_GRP]), pfx, held, ip[P_G], ip[P_DKV]) < 0:
                 break
             q_pop(queue, wk_i, r, d, qcap)
             slot_i[r, s, SI_RESERVE] = held
             slot_i[r, s, SI_STATE] = ST_RUNNING
             slot_i[r, s, SI_FRESH] = 1
             slot_f[r, s, SF_ADM] = t
-            if slot_i[r, s, SI_DONE] < slot_i[r, s, SI_NEED] and slot_f[r, s, SF_TPF] < 0.0:
+            if np.int64(slot_i[r, s, SI_DONE]) < np.int64(slot_i[r, s, SI_NEED]) and slot_f[r, s, SF_TPF] < 0.0:
                 slot_f[r, s, SF_TPF] = t
             run[r, d, wk_i[r, d, WI_NRUN]] = s
             wk_i[r, d, WI_NRUN] += 1
-        nrun = wk_i[r, d, WI_NRUN]
+        nrun = np.int64(wk_i[r, d, WI_NRUN])
         if nrun == 0:
             return
         n_dec = 0
         x0 = np.int64(0)
         m = np.int64(1) << np.int64(40)
         for i in range(nrun):
-            s = run[r, d, i]
-            if slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+            s = np.int64(run[r, d, i])
+            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
                 n_dec += 1
-                x0 += slot_i[r, s, SI_ISL] + slot_i[r, s, SI_GEN]
-                left = slot_i[r, s, SI_OSL] - slot_i[r, s, SI_GEN]
+                x0 += np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN])
+                left = np.int64(slot_i[r, s, SI_OSL]) - np.int64(slot_i[r, s, SI_GEN])
                 if left < m:
                     m = left
         budget = ip[P_BUDGET] - n_dec
@@ -319,14 +319,16 @@ def build(jit, rng, cache, router, heap):
         n_pre = 0
         svc = 0.0
         for i in range(nrun):
-            s = run[r, d, i]
+            s = np.int64(run[r, d, i])
             slot_i[r, s, SI_CHUNK] = 0
-            rem = slot_i[r, s, SI_NEED] - slot_i[r, s, SI_DONE]
+            rem = np.int64(slot_i[r, s, SI_NEED]) - np.int64(slot_i[r, s, SI_DONE])
             if rem > 0 and budget > 0:
                 chunk = rem if rem < budget else budget
                 budget -= chunk
                 slot_i[r, s, SI_CHUNK] = chunk
-                before = slot_i[r, s, SI_ISL] - slot_i[r, s, SI_NEED] + slot_i[r, s, SI_DONE]
+                before = (
+                    np.int64(slot_i[r, s, SI_ISL]) - np.int64(slot_i[r, s, SI_NEED]) + np.int64(slot_i[r, s, SI_DONE])
+                )
                 sum_p += before
                 sum_pc += before + chunk
                 svc += slot_f[r, s, SF_SVC]
@@ -353,12 +355,14 @@ def build(jit, rng, cache, router, heap):
                 m = 1
                 dur = step_ms(fp, np.float64(x0), cap)
             else:
-                dur = decode_span(fp, x0, n_dec, m, cap)
+                dur = decode_span(fp, np.int64(x0), np.int64(n_dec), np.int64(m), cap)
             wk_i[r, d, WI_SEG_M] = m
             first = t + step_ms(fp, np.float64(x0), cap)
         for i in range(nrun):
-            s = run[r, d, i]
-            if slot_i[r, s, SI_FRESH] == 1 and slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+            s = np.int64(run[r, d, i])
+            if np.int64(slot_i[r, s, SI_FRESH]) == 1 and np.int64(slot_i[r, s, SI_DONE]) == np.int64(
+                slot_i[r, s, SI_NEED]
+            ):
                 slot_i[r, s, SI_FRESH] = 0
                 slot_f[r, s, SF_FIRST] = first
         wk_f[r, d, WF_BUSY] = t + dur
@@ -368,10 +372,26 @@ def build(jit, rng, cache, router, heap):
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         bs = ip[P_B]
         isl = draw_len(
-            key, rid, RNG_F_ISL, ip[P_ISL_KIND], ip[P_ISL_A], ip[P_ISL_B], fp[F_ISL_MU], fp[F_ISL_SIG], tabs[0]
+            key,
+            rid,
+            np.int64(RNG_F_ISL),
+            ip[P_ISL_KIND],
+            ip[P_ISL_A],
+            ip[P_ISL_B],
+            fp[F_ISL_MU],
+            fp[F_ISL_SIG],
+            tabs[0],
         )
         osl = draw_len(
-            key, rid, RNG_F_OSL, ip[P_OSL_KIND], ip[P_OSL_A], ip[P_OSL_B], fp[F_OSL_MU], fp[F_OSL_SIG], tabs[1]
+            key,
+            rid,
+            np.int64(RNG_F_OSL),
+            ip[P_OSL_KIND],
+            ip[P_OSL_A],
+            ip[P_OSL_B],
+            fp[F_OSL_MU],
+            fp[F_OSL_SIG],
+            tabs[1],
         )
         grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
         seq = rep_i[r, RI_SEQ]
@@ -407,19 +427,19 @@ def build(jit, rng, cache, router, heap):
         slot_f[r, s, SF_FIRST] = -1.0
         svc = 0.0
         if ip[P_PROF] == PROF_EXP:
-            svc = rng_exponential(key, rid, RNG_F_SVC * 8, fp[F_SVC])
+            svc = rng_exponential(key, rid, np.int64(RNG_F_SVC * 8), fp[F_SVC])
         elif ip[P_PROF] == PROF_DET:
             svc = fp[F_SVC]
         slot_f[r, s, SF_SVC] = svc
 
     @jit
     def record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo):
-        meas = slot_i[r, s, SI_MEAS]
+        meas = np.int64(slot_i[r, s, SI_MEAS])
         if ip[P_RECORD] == 0 or meas < 0:
             return
-        g = slot_i[r, s, SI_GRP]
-        pfx = slot_i[r, s, SI_PFX]
-        isl = slot_i[r, s, SI_ISL]
+        g = np.int64(slot_i[r, s, SI_GRP])
+        pfx = np.int64(slot_i[r, s, SI_PFX])
+        isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + ip[P_B] - 1) // ip[P_B]
         for i in range(ip[P_K]):
             cand[r, meas, i, 0] = router_cand_tokens(wk_i, pc, r, lo + i, g, pfx, isl, ip[P_B])
@@ -433,19 +453,35 @@ def build(jit, rng, cache, router, heap):
         bs = ip[P_B]
         flow = ip[P_FLOW]
         policy = ip[P_POLICY]
-        g = slot_i[r, s, SI_GRP]
-        pfx = slot_i[r, s, SI_PFX]
-        isl = slot_i[r, s, SI_ISL]
+        g = np.int64(slot_i[r, s, SI_GRP])
+        pfx = np.int64(slot_i[r, s, SI_PFX])
+        isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + bs - 1) // bs
-        meas = slot_i[r, s, SI_MEAS]
+        meas = np.int64(slot_i[r, s, SI_MEAS])
         slot_i[r, s, SI_STATE] = ST_PREFILL
         if flow == FLOW_PREFILL_FIRST:
-            record_candidates(ip, slot_i, wk_i, pc, cand, r, s, 0)
+            record_candidates(ip, slot_i, wk_i, pc, cand, r, s, np.int64(0))
             if policy == POL_PULL:
                 q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
                 return
             w = router_choose(
-                policy, wk_i, pc, rep_i, r, key, 0, n_p, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], True
+                policy,
+                wk_i,
+                pc,
+                rep_i,
+                r,
+                key,
+                np.int64(0),
+                n_p,
+                g,
+                pfx,
+                isl,
+                pblk,
+                bs,
+                fp[F_OMEGA],
+                fp[F_TAU],
+                ip[P_D],
+                np.int64(1),
             )
             ov = cache_overlap(pc, r, w, g, pfx)
             slot_i[r, s, SI_PW] = w
@@ -459,7 +495,23 @@ def build(jit, rng, cache, router, heap):
             return
         record_candidates(ip, slot_i, wk_i, pc, cand, r, s, n_p)
         d = router_choose(
-            policy, wk_i, pc, rep_i, r, key, n_p, n_d, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], False
+            policy,
+            wk_i,
+            pc,
+            rep_i,
+            r,
+            key,
+            n_p,
+            n_d,
+            g,
+            pfx,
+            isl,
+            pblk,
+            bs,
+            fp[F_OMEGA],
+            fp[F_TAU],
+            ip[P_D],
+            np.int64(0),
         )
         ov = cache_overlap(pc, r, d, g, pfx)
         need = isl - ov * bs
@@ -472,7 +524,7 @@ def build(jit, rng, cache, router, heap):
         if meas >= 0:
             out_i[r, meas, OI_CHOSEN] = d - n_p
         shared = n_p + n_d
-        if flow == FLOW_AGGREGATED or need <= ip[P_MAXLOCAL] or wk_i[r, shared, WI_QN] >= 2:
+        if flow == FLOW_AGGREGATED or need <= ip[P_MAXLOCAL] or np.int64(wk_i[r, shared, WI_QN]) >= 2:
             hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t)
         else:
             slot_i[r, s, SI_DW] = d
@@ -482,18 +534,18 @@ def build(jit, rng, cache, router, heap):
     def finish(ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, s, t):
         """Request s emitted its last token at t: record it, free its blocks, wake its client."""
         bs = ip[P_B]
-        d = slot_i[r, s, SI_DW]
-        g = slot_i[r, s, SI_GRP]
-        isl = slot_i[r, s, SI_ISL]
-        osl = slot_i[r, s, SI_OSL]
+        d = np.int64(slot_i[r, s, SI_DW])
+        g = np.int64(slot_i[r, s, SI_GRP])
+        isl = np.int64(slot_i[r, s, SI_ISL])
+        osl = np.int64(slot_i[r, s, SI_OSL])
         pblk = (isl + bs - 1) // bs
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
-            cache_release(pc, wk_i, r, d, g, 0, slot_i[r, s, SI_RESERVE])
+            cache_release(pc, wk_i, r, d, g, np.int64(0), np.int64(slot_i[r, s, SI_RESERVE]))
             wk_i[r, d, WI_AB] -= pblk
         else:
-            cache_release(pc, wk_i, r, d, g, slot_i[r, s, SI_PFX], slot_i[r, s, SI_RESERVE])
-            wk_i[r, d, WI_AB] -= slot_i[r, s, SI_ABP]
-        meas = slot_i[r, s, SI_MEAS]
+            cache_release(pc, wk_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]))
+            wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+        meas = np.int64(slot_i[r, s, SI_MEAS])
         if meas >= 0:
             arr = slot_f[r, s, SF_ARR]
             first = slot_f[r, s, SF_FIRST]
@@ -503,13 +555,13 @@ def build(jit, rng, cache, router, heap):
             out_f[r, meas, OF_ITL] = (t - first) / (osl - 1) if osl > 1 else 0.0
             out_f[r, meas, OF_PWAIT] = slot_f[r, s, SF_TPF] - arr
             out_f[r, meas, OF_DWAIT] = slot_f[r, s, SF_ADM] - slot_f[r, s, SF_READY]
-            out_i[r, meas, OI_SEQ] = slot_i[r, s, SI_SEQ]
+            out_i[r, meas, OI_SEQ] = np.int64(slot_i[r, s, SI_SEQ])
             out_i[r, meas, OI_ISL] = isl
             out_i[r, meas, OI_OSL] = osl
             out_i[r, meas, OI_GRP] = g
             out_i[r, meas, OI_PBLK] = pblk
-            out_i[r, meas, OI_CACHED] = slot_i[r, s, SI_CACHED]
-            pw = slot_i[r, s, SI_PW]
+            out_i[r, meas, OI_CACHED] = np.int64(slot_i[r, s, SI_CACHED])
+            pw = np.int64(slot_i[r, s, SI_PW])
             out_i[r, meas, OI_PW] = pw
             out_i[r, meas, OI_DW] = d - ip[P_NP]
             out_i[r, meas, OI_DONE] += 1
@@ -518,11 +570,11 @@ def build(jit, rng, cache, router, heap):
         slot_i[r, s, SI_STATE] = ST_FREE
         rep_i[r, RI_INFLIGHT] -= 1
         if ip[P_ARRIVAL] == 0:
-            c = slot_i[r, s, SI_CLIENT]
+            c = np.int64(slot_i[r, s, SI_CLIENT])
             wake = t
             if fp[F_THINK] > 0.0:
-                rid = rng_client_request_id(c, slot_i[r, s, SI_KCOUNT])
-                wake = t + rng_exponential(key, rid, RNG_F_THINK * 8, fp[F_THINK])
+                rid = rng_client_request_id(c, np.int64(slot_i[r, s, SI_KCOUNT]))
+                wake = t + rng_exponential(key, rid, np.int64(RNG_F_THINK * 8), fp[F_THINK])
             heap_push(heap_t, heap_c, rep_i, r, wake, c)
         else:
             n_w = ip[P_NP] + ip[P_ND]

@@ -1,6 +1,8 @@
 """A binary min-heap of (time, client) per replica, ordered by time then client id so that
 clients waking at the same instant arrive in a deterministic order on every target."""
 
+import numpy as np
+
 from ._ns import Namespace
 from .layout import RI_HEAPN
 
@@ -8,15 +10,17 @@ from .layout import RI_HEAPN
 def build(jit):
     @jit
     def _less(heap_t, heap_c, r, i, j):
-        return heap_t[r, i] < heap_t[r, j] or (heap_t[r, i] == heap_t[r, j] and heap_c[r, i] < heap_c[r, j])
+        return heap_t[r, i] < heap_t[r, j] or (
+            heap_t[r, i] == heap_t[r, j] and np.int64(heap_c[r, i]) < np.int64(heap_c[r, j])
+        )
 
     @jit
     def _swap(heap_t, heap_c, r, i, j):
         t = heap_t[r, i]
         heap_t[r, i] = heap_t[r, j]
         heap_t[r, j] = t
-        c = heap_c[r, i]
-        heap_c[r, i] = heap_c[r, j]
+        c = np.int64(heap_c[r, i])
+        heap_c[r, i] = np.int64(heap_c[r, j])
         heap_c[r, j] = c
 
     @jit
@@ -35,11 +39,11 @@ def build(jit):
     @jit
     def pop(heap_t, heap_c, rep_i, r):
         """Remove the earliest entry and return its client id."""
-        client = heap_c[r, 0]
+        client = np.int64(heap_c[r, 0])
         n = rep_i[r, RI_HEAPN] - 1
         rep_i[r, RI_HEAPN] = n
         heap_t[r, 0] = heap_t[r, n]
-        heap_c[r, 0] = heap_c[r, n]
+        heap_c[r, 0] = np.int64(heap_c[r, n])
         i = 0
         while True:
             a = 2 * i + 1

@@ -112,31 +112,45 @@ def build(jit, rng, cache, router, heap, cl):
         poly = ip[P_PROF] == PROF_POLY
         max_seq = ip[P_MAXSEQ] if poly else 1
         budget = ip[P_BUDGET]
-        n = 0
+        n = np.int64(0)
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
         svc = 0.0
         while n < max_seq and (budget > 0 or not poly):
             from_shared = False
-            if n < wk_i[r, w, WI_QN]:
+            if n < np.int64(wk_i[r, w, WI_QN]):
                 s = cl_q_at(queue, wk_i, r, w, n, qcap)
-            elif pull and wk_i[r, shared, WI_QN] > 0:
-                s = cl_q_at(queue, wk_i, r, shared, 0, qcap)
+            elif pull and np.int64(wk_i[r, shared, WI_QN]) > 0:
+                s = cl_q_at(queue, wk_i, r, shared, np.int64(0), qcap)
                 from_shared = True
             else:
                 break
-            if slot_i[r, s, SI_ADMIT] == 0:
-                isl = slot_i[r, s, SI_ISL]
+            if np.int64(slot_i[r, s, SI_ADMIT]) == 0:
+                isl = np.int64(slot_i[r, s, SI_ISL])
                 pblk = (isl + bs - 1) // bs
-                g = slot_i[r, s, SI_GRP]
+                g = np.int64(slot_i[r, s, SI_GRP])
                 if prefill_first:
-                    pfx = slot_i[r, s, SI_PFX]
+                    pfx = np.int64(slot_i[r, s, SI_PFX])
                     hit = cache_acquire(pc, wk_i, rep_i, r, w, g, pfx, pblk - pfx, ip[P_G], ip[P_PKV])
                     if hit < 0:
                         break
                     slot_i[r, s, SI_CACHED] = hit
                     slot_i[r, s, SI_NEED] = isl - hit * bs
-                elif cache_acquire(pc, wk_i, rep_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED], ip[P_G], ip[P_PKV]) < 0:
+                elif (
+                    cache_acquire(
+                        pc,
+                        wk_i,
+                        rep_i,
+                        r,
+                        w,
+                        g,
+                        np.int64(0),
+                        pblk - np.int64(slot_i[r, s, SI_CACHED]),
+                        ip[P_G],
+                        ip[P_PKV],
+                    )
+                    < 0
+                ):
                     break
                 slot_i[r, s, SI_ADMIT] = 1
                 slot_f[r, s, SF_TPF] = t
@@ -144,16 +158,16 @@ def build(jit, rng, cache, router, heap, cl):
                     cl_q_pop(queue, wk_i, r, shared, qcap)
                     cl_q_push(queue, wk_i, r, w, s, qcap)
                     slot_i[r, s, SI_PW] = w
-                    meas = slot_i[r, s, SI_MEAS]
+                    meas = np.int64(slot_i[r, s, SI_MEAS])
                     if prefill_first and meas >= 0:
                         out_i[r, meas, OI_CHOSEN] = w
-            rem = slot_i[r, s, SI_NEED] - slot_i[r, s, SI_DONE]
+            rem = np.int64(slot_i[r, s, SI_NEED]) - np.int64(slot_i[r, s, SI_DONE])
             chunk = rem
             if poly and chunk > budget:
                 chunk = budget
             budget -= chunk
             slot_i[r, s, SI_CHUNK] = chunk
-            before = slot_i[r, s, SI_ISL] - slot_i[r, s, SI_NEED] + slot_i[r, s, SI_DONE]
+            before = np.int64(slot_i[r, s, SI_ISL]) - np.int64(slot_i[r, s, SI_NEED]) + np.int64(slot_i[r, s, SI_DONE])
             sum_p += before
             sum_pc += before + chunk
             svc += slot_f[r, s, SF_SVC]
@@ -170,22 +184,22 @@ def build(jit, rng, cache, router, heap, cl):
     @jit
     def prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t):
         bs = ip[P_B]
-        g = slot_i[r, s, SI_GRP]
-        isl = slot_i[r, s, SI_ISL]
+        g = np.int64(slot_i[r, s, SI_GRP])
+        isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + bs - 1) // bs
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
-            pfx = slot_i[r, s, SI_PFX]
+            pfx = np.int64(slot_i[r, s, SI_PFX])
             cache_release(pc, wk_i, r, w, g, pfx, pblk - pfx)
-            wk_i[r, w, WI_APT] -= slot_i[r, s, SI_APT]
-            wk_i[r, w, WI_AB] -= slot_i[r, s, SI_ABP]
+            wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
+            wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
             d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
             wk_i[r, d, WI_AB] += pblk
             moved = isl
         else:
-            cache_release(pc, wk_i, r, w, g, 0, pblk - slot_i[r, s, SI_CACHED])
-            d = slot_i[r, s, SI_DW]
-            wk_i[r, d, WI_APT] -= slot_i[r, s, SI_APT]
-            moved = slot_i[r, s, SI_NEED]
+            cache_release(pc, wk_i, r, w, g, np.int64(0), pblk - np.int64(slot_i[r, s, SI_CACHED]))
+            d = np.int64(slot_i[r, s, SI_DW])
+            wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
+            moved = np.int64(slot_i[r, s, SI_NEED])
         xfer = 0.0
         if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
             xfer = fp[F_XFER_LAT] + fp[F_XFER_TOK] * moved
@@ -194,15 +208,17 @@ def build(jit, rng, cache, router, heap, cl):
     @jit
     def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t):
         qcap = ip[P_Q]
-        for i in range(wk_i[r, w, WI_PASS_K]):
+        for i in range(np.int64(wk_i[r, w, WI_PASS_K])):
             s = cl_q_at(queue, wk_i, r, w, i, qcap)
-            slot_i[r, s, SI_DONE] += slot_i[r, s, SI_CHUNK]
+            slot_i[r, s, SI_DONE] += np.int64(slot_i[r, s, SI_CHUNK])
             slot_i[r, s, SI_CHUNK] = 0
         wk_i[r, w, WI_PASS_K] = 0
         wk_f[r, w, WF_BUSY] = INF
-        while wk_i[r, w, WI_QN] > 0:
-            s = cl_q_at(queue, wk_i, r, w, 0, qcap)
-            if slot_i[r, s, SI_ADMIT] == 0 or slot_i[r, s, SI_DONE] < slot_i[r, s, SI_NEED]:
+        while np.int64(wk_i[r, w, WI_QN]) > 0:
+            s = cl_q_at(queue, wk_i, r, w, np.int64(0), qcap)
+            if np.int64(slot_i[r, s, SI_ADMIT]) == 0 or np.int64(slot_i[r, s, SI_DONE]) < np.int64(
+                slot_i[r, s, SI_NEED]
+            ):
                 break
             cl_q_pop(queue, wk_i, r, w, qcap)
             prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t)
@@ -211,27 +227,29 @@ def build(jit, rng, cache, router, heap, cl):
     def decode_end(
         ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, d, t
     ):
-        k = wk_i[r, d, WI_SEG_M]
+        k = np.int64(wk_i[r, d, WI_SEG_M])
         wk_f[r, d, WF_BUSY] = INF
         wk_i[r, d, WI_MIXED] = 0
         i = 0
-        while i < wk_i[r, d, WI_NRUN]:
-            s = run[r, d, i]
-            chunk = slot_i[r, s, SI_CHUNK]
+        while i < np.int64(wk_i[r, d, WI_NRUN]):
+            s = np.int64(run[r, d, i])
+            chunk = np.int64(slot_i[r, s, SI_CHUNK])
             if chunk > 0:
                 slot_i[r, s, SI_DONE] += chunk
                 slot_i[r, s, SI_CHUNK] = 0
-                if slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+                if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
                     # a local prefill's last chunk emits the first token at the end of its pass
                     slot_f[r, s, SF_FIRST] = t
                     slot_i[r, s, SI_FRESH] = 0
                     slot_i[r, s, SI_GEN] = 1
-                    wk_i[r, d, WI_APT] -= slot_i[r, s, SI_APT]
-            elif slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED]:
+                    wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
+            elif np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
                 slot_i[r, s, SI_GEN] += k
-            if slot_i[r, s, SI_DONE] == slot_i[r, s, SI_NEED] and slot_i[r, s, SI_GEN] >= slot_i[r, s, SI_OSL]:
-                last = wk_i[r, d, WI_NRUN] - 1
-                run[r, d, i] = run[r, d, last]
+            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]) and np.int64(
+                slot_i[r, s, SI_GEN]
+            ) >= np.int64(slot_i[r, s, SI_OSL]):
+                last = np.int64(wk_i[r, d, WI_NRUN]) - 1
+                run[r, d, i] = np.int64(run[r, d, last])
                 wk_i[r, d, WI_NRUN] = last
                 cl_finish(
                     ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, s, t
@@ -280,7 +298,7 @@ def build(jit, rng, cache, router, heap, cl):
             for i in range(n_s):
                 queue[r, n_w + 1, i] = n_s - 1 - i
             rep_i[r, RI_FREE_TOP] = n_s
-            rep_f[r, RF_NEXT_ARR] = rng_exponential(key, 0, RNG_F_GAP * 8, 1.0 / fp[F_RATE])
+            rep_f[r, RF_NEXT_ARR] = rng_exponential(key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
         while True:
             t = INF
             for w in range(n_w):
@@ -329,7 +347,7 @@ def build(jit, rng, cache, router, heap, cl):
             if closed:
                 while rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] <= t:
                     c = heap_pop(heap_t, heap_c, rep_i, r)
-                    kc = slot_i[r, c, SI_KCOUNT]
+                    kc = np.int64(slot_i[r, c, SI_KCOUNT])
                     slot_i[r, c, SI_KCOUNT] = kc + 1
                     arrive(
                         ip,
@@ -358,20 +376,22 @@ def build(jit, rng, cache, router, heap, cl):
                         rep_i[r, RI_STATUS] = STATUS_SLOTS
                         break
                     rep_i[r, RI_FREE_TOP] = top - 1
-                    s = queue[r, n_w + 1, top - 1]
+                    s = np.int64(queue[r, n_w + 1, top - 1])
                     n = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = n + 1
                     arrive(
                         ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key, s, n, t
                     )
-                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, RNG_F_GAP * 8, 1.0 / fp[F_RATE])
+                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
                 if rep_i[r, RI_STATUS] != 0:
                     break
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == INF:
                     plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t)
             for d in range(n_p, n_w):
-                if wk_f[r, d, WF_BUSY] == INF and (wk_i[r, d, WI_QN] > 0 or wk_i[r, d, WI_NRUN] > 0):
+                if wk_f[r, d, WF_BUSY] == INF and (
+                    np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
+                ):
                     cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, r, d, t)
             rep_i[r, RI_EVENTS] += 1
             if rep_i[r, RI_EVENTS] >= ip[P_MAXEVENTS]:

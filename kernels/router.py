@@ -37,11 +37,11 @@ def build(jit, rng, cache):
 
     @jit
     def cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs):
-        return wk_i[r, w, WI_APT] + isl - overlap(pc, r, w, g, pfx) * bs
+        return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(pc, r, w, g, pfx) * bs
 
     @jit
     def cand_blocks(wk_i, pc, r, w, g, pfx, pblk):
-        return wk_i[r, w, WI_AB] + pblk - overlap(pc, r, w, g, pfx)
+        return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(pc, r, w, g, pfx)
 
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
@@ -50,8 +50,8 @@ def build(jit, rng, cache):
     @jit
     def load_of(wk_i, r, w, by_tokens):
         if by_tokens:
-            return np.float64(wk_i[r, w, WI_APT])
-        return np.float64(wk_i[r, w, WI_AB])
+            return np.float64(np.int64(wk_i[r, w, WI_APT]))
+        return np.float64(np.int64(wk_i[r, w, WI_AB]))
 
     @jit
     def choose(policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega, tau, d, by_tokens):
@@ -66,7 +66,7 @@ def build(jit, rng, cache):
             rep_i[r, RI_RR] += 1
             return lo + i
         if policy == POL_RANDOM:
-            return lo + rng_below(key, dec, _B0, k)
+            return lo + rng_below(key, dec, np.int64(_B0), k)
         if policy == POL_KV and tau > 0.0:
             cmin = kv_cost(wk_i, pc, r, lo, g, pfx, isl, pblk, bs, omega)
             cmax = cmin
@@ -75,12 +75,12 @@ def build(jit, rng, cache):
                 cmin = min(cmin, c)
                 cmax = max(cmax, c)
             if cmax == cmin:
-                return lo + rng_below(key, dec, _B0, k)
+                return lo + rng_below(key, dec, np.int64(_B0), k)
             scale = (cmax - cmin) * tau
             total = 0.0
             for w in range(lo, lo + k):
                 total += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
-            target = uniform(key, dec, _B0) * total
+            target = uniform(key, dec, np.int64(_B0)) * total
             acc = 0.0
             for w in range(lo, lo + k):
                 acc += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
@@ -121,10 +121,10 @@ def build(jit, rng, cache):
         dec = rep_i[r, RI_DECIDE]
         rep_i[r, RI_DECIDE] = dec + 1
         best = lo
-        best_v = wk_i[r, lo, WI_AB]
+        best_v = np.int64(wk_i[r, lo, WI_AB])
         ties = 1
         for i in range(1, k):
-            v = wk_i[r, lo + i, WI_AB]
+            v = np.int64(wk_i[r, lo + i, WI_AB])
             if v < best_v:
                 best = lo + i
                 best_v = v
