@@ -35,10 +35,10 @@ def main() -> int:
         n_p, n_d = (int(x[:-1]) for x in topo.split("/"))
         for c in (int(x) for x in a.loads.split(",")):
             spec = reference_cell(n_p, n_d, c)
-            ip, _, _ = pack_params(
+            ip, fp, _ = pack_params(
                 spec, requests=a.requests, warmup=a.warmup, seed=1, stream=0, record_candidates=False
             )
-            per = bytes_per_replica(_shapes(ip, n_p + n_d, a.requests, n_d, False))
+            per = bytes_per_replica(_shapes(ip, fp, n_p + n_d, a.requests, n_d, False))
             last = 0.0
             prev_n = 1
             for n in (int(x) for x in a.sizes.split(",")):

@@ -9,22 +9,63 @@ users) and cannot be evicted. Blocks unique to one request can never hit again, 
 held while the request needs them and freed when it releases them rather than kept in the LRU
 (a documented simplification: under cache pressure Dynamo would let them push older prefixes out).
 `wk_i[r, w, WI_USED]` counts every block in use on the worker: chains plus held blocks.
+
+The router learns of chain changes through events (Dynamo's KV store/evict events): with a delay
+d > 0 each change is queued in the ring `ev` and applied to the router's copy `pc[.., 3]` d ms
+later (`deliver`); with d = 0 the copy is updated at once. If the ring is full, its oldest event
+is delivered early (the ring holds 4 events per request slot, more than a replica produces within
+any realistic delay).
 """
 
 import numpy as np
 
 from ._ns import Namespace
-from .layout import RI_STAMP, WI_USED
+from .layout import RI_EVH, RI_EVN, RI_STAMP, WI_USED
 
 
 def build(jit):
     @jit
     def overlap(pc, r, w, g, pfx):
+        """Leading prompt blocks worker w really holds."""
         n = np.int64(pc[r, w, g, 0])
         return n if n < pfx else pfx
 
     @jit
-    def make_room(pc, wk_i, r, w, n_groups, capacity, need):
+    def seen_overlap(pc, r, w, g, pfx):
+        """Leading prompt blocks the router believes worker w holds."""
+        n = np.int64(pc[r, w, g, 3])
+        return n if n < pfx else pfx
+
+    @jit
+    def deliver(pc, rep_i, ev, r, now):
+        """Apply every queued cache event due at or before `now` to the router's view."""
+        cap = ev.shape[1]
+        while rep_i[r, RI_EVN] > 0:
+            h = rep_i[r, RI_EVH]
+            if ev[r, h, 0] > now:
+                break
+            pc[r, np.int64(ev[r, h, 1]), np.int64(ev[r, h, 2]), 3] = np.int64(ev[r, h, 3])
+            rep_i[r, RI_EVH] = (h + 1) % cap
+            rep_i[r, RI_EVN] -= 1
+
+    @jit
+    def publish(pc, rep_i, ev, delay, r, w, g, now):
+        """Chain (w, g) changed at `now`: tell the router, at once or `delay` ms later."""
+        if delay <= 0.0:
+            pc[r, w, g, 3] = pc[r, w, g, 0]
+            return
+        cap = ev.shape[1]
+        if rep_i[r, RI_EVN] == cap:
+            deliver(pc, rep_i, ev, r, ev[r, rep_i[r, RI_EVH], 0])
+        i = (rep_i[r, RI_EVH] + rep_i[r, RI_EVN]) % cap
+        ev[r, i, 0] = now + delay
+        ev[r, i, 1] = w
+        ev[r, i, 2] = g
+        ev[r, i, 3] = pc[r, w, g, 0]
+        rep_i[r, RI_EVN] += 1
+
+    @jit
+    def make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, need):
         """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do."""
         while np.int64(wk_i[r, w, WI_USED]) + need > capacity:
             best = -1
@@ -42,10 +83,11 @@ def build(jit):
                 cut = short
             pc[r, w, best, 0] -= cut
             wk_i[r, w, WI_USED] -= cut
+            publish(pc, rep_i, ev, delay, r, w, best, now)
         return True
 
     @jit
-    def acquire(pc, wk_i, rep_i, r, w, g, pfx, held, n_groups, capacity):
+    def acquire(pc, wk_i, rep_i, ev, delay, now, r, w, g, pfx, held, n_groups, capacity):
         """Look up the request's prefix, extend its chain to `pfx` blocks and hold `held` more blocks.
 
         Returns the number of prefix blocks that were already cached, or -1 if the blocks do not
@@ -57,7 +99,7 @@ def build(jit):
             grow = 0
         if pfx > 0:
             pc[r, w, g, 2] += 1
-        if not make_room(pc, wk_i, r, w, n_groups, capacity, grow + held):
+        if not make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, grow + held):
             if pfx > 0:
                 pc[r, w, g, 2] -= 1
             return -1
@@ -66,6 +108,8 @@ def build(jit):
             pc[r, w, g, 0] += grow
             rep_i[r, RI_STAMP] += 1
             pc[r, w, g, 1] = rep_i[r, RI_STAMP]
+            if grow > 0:
+                publish(pc, rep_i, ev, delay, r, w, g, now)
         wk_i[r, w, WI_USED] += grow + held
         return hit
 
@@ -76,4 +120,12 @@ def build(jit):
             pc[r, w, g, 2] -= 1
         wk_i[r, w, WI_USED] -= held
 
-    return Namespace(overlap=overlap, make_room=make_room, acquire=acquire, release=release)
+    return Namespace(
+        overlap=overlap,
+        seen_overlap=seen_overlap,
+        deliver=deliver,
+        publish=publish,
+        make_room=make_room,
+        acquire=acquire,
+        release=release,
+    )

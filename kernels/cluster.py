@@ -27,6 +27,7 @@ from .layout import (
     F_D0,
     F_D1,
     F_D2,
+    F_EVDELAY,
     F_ISL_MU,
     F_ISL_SIG,
     F_OMEGA,
@@ -153,6 +154,8 @@ def build(jit, rng, cache, router, heap):
     rng_normal = rng.normal
     cache_acquire = cache.acquire
     cache_overlap = cache.overlap
+    cache_seen_overlap = cache.seen_overlap
+    cache_deliver = cache.deliver
     cache_release = cache.release
     router_cand_blocks = router.cand_blocks
     router_cand_tokens = router.cand_tokens
@@ -270,7 +273,7 @@ def build(jit, rng, cache, router, heap):
         truncate(ip, fp, wk_i, wk_f, r, d, t_ready)
 
     @jit
-    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, r, d, t):
+    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
         qcap = ip[P_Q]
         bs = ip[P_B]
         flow = ip[P_FLOW]
@@ -288,7 +291,8 @@ def build(jit, rng, cache, router, heap):
             if flow != FLOW_PREFILL_FIRST:
                 pfx = np.int64(slot_i[r, s, SI_PFX])
             held = total - pfx
-            if cache_acquire(pc, wk_i, rep_i, r, d, np.int64(slot_i[r, s, SI_GRP]), pfx, held, ip[P_G], ip[P_DKV]) < 0:
+            g = np.int64(slot_i[r, s, SI_GRP])
+            if cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, held, ip[P_G], ip[P_DKV]) < 0:
                 break
             q_pop(queue, wk_i, r, d, qcap)
             slot_i[r, s, SI_RESERVE] = held
@@ -446,8 +450,10 @@ def build(jit, rng, cache, router, heap):
             cand[r, meas, i, 1] = router_cand_blocks(wk_i, pc, r, lo + i, g, pfx, pblk)
 
     @jit
-    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, cand, r, key, s, t):
+    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t):
         """The router's decision for a new request (REFERENCE section 3)."""
+        if fp[F_EVDELAY] > 0.0:
+            cache_deliver(pc, rep_i, ev, r, t)
         n_p = ip[P_NP]
         n_d = ip[P_ND]
         bs = ip[P_B]
@@ -483,7 +489,7 @@ def build(jit, rng, cache, router, heap):
                 ip[P_D],
                 np.int64(1),
             )
-            ov = cache_overlap(pc, r, w, g, pfx)
+            ov = cache_seen_overlap(pc, r, w, g, pfx)
             slot_i[r, s, SI_PW] = w
             slot_i[r, s, SI_APT] = isl - ov * bs
             slot_i[r, s, SI_ABP] = pblk - ov
@@ -513,14 +519,16 @@ def build(jit, rng, cache, router, heap):
             ip[P_D],
             np.int64(0),
         )
+        # the router books what it believes; the decode worker computes against what it really holds
+        seen = cache_seen_overlap(pc, r, d, g, pfx)
         ov = cache_overlap(pc, r, d, g, pfx)
         need = isl - ov * bs
         slot_i[r, s, SI_CACHED] = ov
         slot_i[r, s, SI_NEED] = need
-        slot_i[r, s, SI_APT] = need
-        slot_i[r, s, SI_ABP] = pblk - ov
-        wk_i[r, d, WI_APT] += need
-        wk_i[r, d, WI_AB] += pblk - ov
+        slot_i[r, s, SI_APT] = isl - seen * bs
+        slot_i[r, s, SI_ABP] = pblk - seen
+        wk_i[r, d, WI_APT] += isl - seen * bs
+        wk_i[r, d, WI_AB] += pblk - seen
         if meas >= 0:
             out_i[r, meas, OI_CHOSEN] = d - n_p
         shared = n_p + n_d

@@ -16,7 +16,26 @@ _simulate_replica = _K.simulate_replica
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _run_parallel(
-    r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+    r0,
+    r1,
+    ip,
+    fp,
+    tabs,
+    slot_i,
+    slot_f,
+    wk_i,
+    wk_f,
+    pc,
+    ev,
+    queue,
+    run,
+    heap_t,
+    heap_c,
+    rep_i,
+    rep_f,
+    out_f,
+    out_i,
+    cand,
 ):
     for r in numba.prange(r0, r1):
         _simulate_replica(
@@ -29,6 +48,7 @@ def _run_parallel(
             wk_i,
             wk_f,
             pc,
+            ev,
             queue,
             run,
             heap_t,
@@ -43,7 +63,26 @@ def _run_parallel(
 
 @numba.njit(cache=True, nogil=True)
 def _run_serial(
-    r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+    r0,
+    r1,
+    ip,
+    fp,
+    tabs,
+    slot_i,
+    slot_f,
+    wk_i,
+    wk_f,
+    pc,
+    ev,
+    queue,
+    run,
+    heap_t,
+    heap_c,
+    rep_i,
+    rep_f,
+    out_f,
+    out_i,
+    cand,
 ):
     for r in range(r0, r1):
         _simulate_replica(
@@ -56,6 +95,7 @@ def _run_serial(
             wk_i,
             wk_f,
             pc,
+            ev,
             queue,
             run,
             heap_t,
@@ -87,6 +127,7 @@ def _call(fn, ip, fp, tabs, a, n) -> None:
         a["wk_i"],
         a["wk_f"],
         a["pc"],
+        a["ev"],
         a["queue"],
         a["run"],
         a["heap_t"],

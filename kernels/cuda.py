@@ -28,7 +28,7 @@ THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB 
 
 @cuda.jit(cache=True)
 def _run_kernel(
-    n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+    n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
 ):
     r = cuda.grid(1)
     if r < n:
@@ -42,6 +42,7 @@ def _run_kernel(
             wk_i,
             wk_f,
             pc,
+            ev,
             queue,
             run,
             heap_t,
@@ -60,6 +61,7 @@ _NAMES = (
     "wk_i",
     "wk_f",
     "pc",
+    "ev",
     "queue",
     "run",
     "heap_t",

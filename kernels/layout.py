@@ -15,7 +15,9 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
   wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
   wk_f  float64 (R, W + 1, NWF) per worker times, indices WF_*
-  pc    int32 (R, W, G, 3)      prefix cache: chain length (blocks), LRU stamp, pin count
+  pc    int32 (R, W, G, 4)      prefix cache: chain length (blocks), LRU stamp, pin count, and the
+                                chain length the router has been told of (lags by the event delay)
+  ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
   queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue,
                                 row W + 1 the stack of free slots (open loop)
   run   int32 (R, W, min(Q, max_seqs))         running slots of each decode worker (unordered, swap-remove)
@@ -105,7 +107,8 @@ F_D0 = 14
 F_SVC = 15  # theory profiles: mean prefill service time, ms
 F_XFER_TOK = 16  # KV transfer, ms per token
 F_XFER_LAT = 17  # KV transfer fixed latency, ms
-NF_P = 18
+F_EVDELAY = 18  # delay before the router sees a cache store/evict event, ms
+NF_P = 19
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -177,7 +180,9 @@ RI_STATUS = 7  # 0 ok, 1 slot overflow, 2 event limit
 RI_EVENTS = 8
 RI_NOPEN = 9  # open loop: requests generated
 RI_INFLIGHT = 10
-NRI = 11
+RI_EVH = 11  # router event ring: head
+RI_EVN = 12  # router event ring: length
+NRI = 13
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

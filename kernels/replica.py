@@ -6,6 +6,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    F_EVDELAY,
     F_RATE,
     F_XFER_LAT,
     F_XFER_TOK,
@@ -101,7 +102,7 @@ def build(jit, rng, cache, router, heap, cl):
     cl_route = cl.route
 
     @jit
-    def plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t):
+    def plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t):
         """Start a pass on idle prefill worker w: its own queue first, then (pull) the shared queue.
         Theory profiles take one request per pass and ignore the token budget."""
         qcap = ip[P_Q]
@@ -131,7 +132,9 @@ def build(jit, rng, cache, router, heap, cl):
                 g = np.int64(slot_i[r, s, SI_GRP])
                 if prefill_first:
                     pfx = np.int64(slot_i[r, s, SI_PFX])
-                    hit = cache_acquire(pc, wk_i, rep_i, r, w, g, pfx, pblk - pfx, ip[P_G], ip[P_PKV])
+                    hit = cache_acquire(
+                        pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, w, g, pfx, pblk - pfx, ip[P_G], ip[P_PKV]
+                    )
                     if hit < 0:
                         break
                     slot_i[r, s, SI_CACHED] = hit
@@ -141,6 +144,9 @@ def build(jit, rng, cache, router, heap, cl):
                         pc,
                         wk_i,
                         rep_i,
+                        ev,
+                        fp[F_EVDELAY],
+                        t,
                         r,
                         w,
                         g,
@@ -258,13 +264,31 @@ def build(jit, rng, cache, router, heap, cl):
                 i += 1
 
     @jit
-    def arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key, s, rid, t):
+    def arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, rep_f, out_i, cand, r, key, s, rid, t):
         cl_new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
-        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, cand, r, key, s, t)
+        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t)
 
     @jit
     def simulate_replica(
-        r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
+        r,
+        ip,
+        fp,
+        tabs,
+        slot_i,
+        slot_f,
+        wk_i,
+        wk_f,
+        pc,
+        ev,
+        queue,
+        run,
+        heap_t,
+        heap_c,
+        rep_i,
+        rep_f,
+        out_f,
+        out_i,
+        cand,
     ):
         key = rng_replica_key(ip[P_SEED], ip[P_STREAM], ip[P_RBASE] + r)
         n_p = ip[P_NP]
@@ -282,6 +306,7 @@ def build(jit, rng, cache, router, heap, cl):
                 pc[r, w, g, 0] = 0
                 pc[r, w, g, 1] = 0
                 pc[r, w, g, 2] = 0
+                pc[r, w, g, 3] = 0
         for j in range(rep_i.shape[1]):
             rep_i[r, j] = 0
         for j in range(rep_f.shape[1]):
@@ -358,6 +383,7 @@ def build(jit, rng, cache, router, heap, cl):
                         wk_i,
                         wk_f,
                         pc,
+                        ev,
                         queue,
                         rep_i,
                         rep_f,
@@ -380,19 +406,37 @@ def build(jit, rng, cache, router, heap, cl):
                     n = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = n + 1
                     arrive(
-                        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, rep_f, out_i, cand, r, key, s, n, t
+                        ip,
+                        fp,
+                        tabs,
+                        slot_i,
+                        slot_f,
+                        wk_i,
+                        wk_f,
+                        pc,
+                        ev,
+                        queue,
+                        rep_i,
+                        rep_f,
+                        out_i,
+                        cand,
+                        r,
+                        key,
+                        s,
+                        n,
+                        t,
                     )
                     rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
                 if rep_i[r, RI_STATUS] != 0:
                     break
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == INF:
-                    plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, out_i, r, w, t)
+                    plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)
             for d in range(n_p, n_w):
                 if wk_f[r, d, WF_BUSY] == INF and (
                     np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
                 ):
-                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, r, d, t)
+                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t)
             rep_i[r, RI_EVENTS] += 1
             if rep_i[r, RI_EVENTS] >= ip[P_MAXEVENTS]:
                 rep_i[r, RI_STATUS] = STATUS_EVENTS

@@ -33,7 +33,7 @@ _B0 = 100
 def build(jit, rng, cache):
     rng_below = rng.below
     uniform = rng.uniform
-    overlap = cache.overlap
+    overlap = cache.seen_overlap  # the router decides from what it has been told
 
     @jit
     def cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs):

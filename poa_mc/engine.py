@@ -185,6 +185,7 @@ def pack_params(
     if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
         fp[L.F_XFER_TOK] = c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
     fp[L.F_XFER_LAT] = c.transfer_latency_ms
+    fp[L.F_EVDELAY] = c.kv_event_delay_ms
     cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
     width = max(1, len(itab), len(otab), len(cdf))
     tabs = np.zeros((3, width), dtype=np.float64)
@@ -194,8 +195,9 @@ def pack_params(
     return ip, fp, tabs
 
 
-def _shapes(ip: np.ndarray, n_workers: int, requests: int, k: int, record: bool) -> dict[str, tuple]:
+def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, k: int, record: bool) -> dict[str, tuple]:
     slots = int(ip[L.P_S])
+    delayed = fp[L.F_EVDELAY] > 0
     qcap = int(ip[L.P_Q])
     runcap = min(slots, int(ip[L.P_MAXSEQ]))
     return {
@@ -203,7 +205,8 @@ def _shapes(ip: np.ndarray, n_workers: int, requests: int, k: int, record: bool)
         "slot_f": ((slots, L.NSF), np.float64),
         "wk_i": ((n_workers + 1, L.NWI), np.int32),
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
-        "pc": ((n_workers, int(ip[L.P_G]), 3), np.int32),
+        "pc": ((n_workers, int(ip[L.P_G]), 4), np.int32),
+        "ev": ((4 * slots + 16 if delayed else 1, 4), np.float64),
         "queue": ((n_workers + 2, qcap), np.int32),
         "run": ((n_workers, runcap), np.int32),
         "heap_t": ((int(ip[L.P_H]),), np.float64),
@@ -216,7 +219,7 @@ def _shapes(ip: np.ndarray, n_workers: int, requests: int, k: int, record: bool)
     }
 
 
-STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
+STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
 OUTPUT_NAMES = ("out_f", "out_i", "cand")
 
 
@@ -282,7 +285,7 @@ def simulate(
     )
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     k = int(ip[L.P_K])
-    shapes = _shapes(ip, n_workers, requests, k, record_candidates)
+    shapes = _shapes(ip, fp, n_workers, requests, k, record_candidates)
     per_rep = bytes_per_replica(shapes)
     budget = max_batch_bytes if max_batch_bytes is not None else _available_memory() // 2
     if backend == "cuda":

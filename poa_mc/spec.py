@@ -210,6 +210,7 @@ class ClusterSpec:
     kv_bytes_per_token: float = 0.0
     transfer_gbps: float = 0.0
     transfer_latency_ms: float = 0.0
+    kv_event_delay_ms: float = 0.0
     max_inflight: int = 4096
 
     def n_workers(self) -> int:
@@ -225,7 +226,13 @@ class ClusterSpec:
         for name in ("block_size", "prefill_kv_blocks", "decode_kv_blocks", "token_budget", "max_seqs", "max_inflight"):
             if getattr(self, name) < 1:
                 raise SpecError(f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        for name in ("max_local_prefill", "kv_bytes_per_token", "transfer_gbps", "transfer_latency_ms"):
+        for name in (
+            "max_local_prefill",
+            "kv_bytes_per_token",
+            "transfer_gbps",
+            "transfer_latency_ms",
+            "kv_event_delay_ms",
+        ):
             if not getattr(self, name) >= 0:
                 raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 

@@ -115,8 +115,10 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
         from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
-        for flow, pol in [("prefill_first", "kv"), ("decode_first", "kv"), ("prefill_first", "power_of_d")]:
-            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow),
+        cases = [("prefill_first", "kv", 0.0), ("decode_first", "kv", 0.0), ("prefill_first", "power_of_d", 0.0),
+                 ("decode_first", "kv", 30.0)]
+        for flow, pol, delay in cases:
+            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", 12),
                                                   prefix_groups=3, concurrency=6),
                             policy=PolicySpec(kind=pol, temperature=0.0))
@@ -160,3 +162,26 @@ def test_overloaded_open_loop_is_reported():
     spec = replace(spec, cluster=replace(spec.cluster, max_inflight=64))
     with pytest.raises(EngineError, match="max_inflight"):
         simulate(spec, **RUN)
+
+
+def test_router_sees_cache_events_late_when_delayed():
+    # a decode cache small enough (220 blocks) that where a prefix lives decides whether it hits
+    base = cell("decode_first", n_p=1, n_d=4, concurrency=32, prefix_groups=32)
+    base = replace(base, cluster=replace(base.cluster, decode_kv_blocks=220))
+    blind = replace(base, cluster=replace(base.cluster, kv_event_delay_ms=1e12))
+    late = replace(base, cluster=replace(base.cluster, kv_event_delay_ms=200.0))
+    now = simulate(base, **RUN)
+    never = simulate(blind, **RUN)
+    later = simulate(late, **RUN)
+    isl = now.samples["isl"][:, :, None]
+    # an informed router credits overlap (a candidate below isl tokens must hold part of the prompt);
+    # one whose events never come due only learns of stores when its event ring overflows, far too
+    # late to steer requests to their prefixes, so fewer prompt blocks hit
+    assert (now.candidates["cand_tokens"] < isl).any()
+    hit = {
+        k: r.samples["cached_blocks"].sum() / r.samples["prompt_blocks"].sum()
+        for k, r in (("now", now), ("late", later), ("never", never))
+    }
+    assert hit["now"] > hit["never"] + 0.05, hit
+    assert not np.array_equal(later.samples["decode_worker"], now.samples["decode_worker"])
+    assert (later.replica["written"] == RUN["requests"]).all()
