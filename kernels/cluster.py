@@ -147,7 +147,8 @@ from .layout import (
 INF = math.inf
 
 
-def build(jit, rng, cache, router, heap):
+def build(jit, rng, cache, router, heap, jit_small=None):
+    jit_small = jit_small or jit
     rng_below = rng.below
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -195,17 +196,17 @@ def build(jit, rng, cache, router, heap):
         return lo
 
     # ---------------------------------------------------------------- queues
-    @jit
+    @jit_small
     def q_push(queue, wk_i, r, row, s, qcap):
         n = np.int64(wk_i[r, row, WI_QN])
         queue[r, row, (wk_i[r, row, WI_QH] + n) % qcap] = s
         wk_i[r, row, WI_QN] = n + 1
 
-    @jit
+    @jit_small
     def q_at(queue, wk_i, r, row, i, qcap):
         return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
 
-    @jit
+    @jit_small
     def q_pop(queue, wk_i, r, row, qcap):
         s = np.int64(queue[r, row, wk_i[r, row, WI_QH]])
         wk_i[r, row, WI_QH] = (np.int64(wk_i[r, row, WI_QH]) + 1) % qcap
@@ -213,19 +214,19 @@ def build(jit, rng, cache, router, heap):
         return s
 
     # ---------------------------------------------------------------- timing
-    @jit
+    @jit_small
     def prefill_span(fp, tokens):
         t = np.float64(tokens)
         return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
 
-    @jit
+    @jit_small
     def step_ms(fp, x, cap):
         u = x / cap
         if u > 1.0:
             u = 1.0
         return fp[F_D2] * u * u + fp[F_D1] * u + fp[F_D0]
 
-    @jit
+    @jit_small
     def decode_span(fp, x0, n, k, cap):
         """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1)."""
         kf = np.float64(k)

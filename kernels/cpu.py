@@ -10,7 +10,10 @@ import numpy as np
 from .layout import P_N, P_WARM
 from .source import build
 
-_K = build(numba.njit(cache=True, nogil=True, _nrt=False))
+_K = build(
+    numba.njit(cache=True, nogil=True, _nrt=False),
+    numba.njit(cache=True, nogil=True, _nrt=False, inline="always"),
+)
 _simulate_replica = _K.simulate_replica
 
 

@@ -7,14 +7,16 @@ from ._ns import Namespace
 from .layout import RI_HEAPN
 
 
-def build(jit):
-    @jit
+def build(jit, jit_small=None):
+    jit_small = jit_small or jit
+
+    @jit_small
     def _less(heap_t, heap_c, r, i, j):
         return heap_t[r, i] < heap_t[r, j] or (
             heap_t[r, i] == heap_t[r, j] and np.int64(heap_c[r, i]) < np.int64(heap_c[r, j])
         )
 
-    @jit
+    @jit_small
     def _swap(heap_t, heap_c, r, i, j):
         t = heap_t[r, i]
         heap_t[r, i] = heap_t[r, j]

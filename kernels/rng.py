@@ -26,10 +26,12 @@ _HALF53 = 0.5 / 9007199254740992.0
 _TWO_PI = 2.0 * math.pi
 
 
-def build(jit):
-    """Compile the random-number functions with `jit` (numba.njit or cuda.jit(device=True))."""
+def build(jit, jit_small=None):
+    """Compile the random-number functions with `jit` (numba.njit or cuda.jit(device=True)); `jit_small`
+    compiles the tiny hot helpers (inlined on the CPU)."""
+    jit_small = jit_small or jit
 
-    @jit
+    @jit_small
     def mix64(z):
         z = (z ^ (z >> _S30)) * _M1
         z = (z ^ (z >> _S27)) * _M2
@@ -41,7 +43,7 @@ def build(jit):
         k = mix64(k ^ (np.uint64(stream) * _GOLDEN + np.uint64(2)))
         return mix64(k ^ (np.uint64(replica) * _GOLDEN + np.uint64(3)))
 
-    @jit
+    @jit_small
     def uniform(key, a, b):
         """A double in (0, 1): never 0, so log() is safe."""
         z = mix64(key ^ mix64(np.uint64(a) * _GOLDEN + np.uint64(b)))
@@ -57,7 +59,7 @@ def build(jit):
         u2 = uniform(key, a, b + 1)
         return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
 
-    @jit
+    @jit_small
     def below(key, a, b, n):
         """An integer uniform on [0, n)."""
         i = np.int64(uniform(key, a, b) * n)
@@ -65,7 +67,7 @@ def build(jit):
             i = n - 1
         return i
 
-    @jit
+    @jit_small
     def client_request_id(client, k):
         return (np.int64(client) << np.int64(32)) + np.int64(k)
 

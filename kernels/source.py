@@ -8,11 +8,11 @@ from . import cache, cluster, heap, replica, rng, router
 from ._ns import Namespace
 
 
-def build(jit) -> Namespace:
-    r = rng.build(jit)
-    c = cache.build(jit)
-    ro = router.build(jit, r, c)
-    h = heap.build(jit)
-    cl = cluster.build(jit, r, c, ro, h)
+def build(jit, jit_small=None) -> Namespace:
+    r = rng.build(jit, jit_small)
+    c = cache.build(jit, jit_small)
+    ro = router.build(jit, r, c, jit_small)
+    h = heap.build(jit, jit_small)
+    cl = cluster.build(jit, r, c, ro, h, jit_small)
     rep = replica.build(jit, r, c, ro, h, cl)
     return Namespace(rng=r, cache=c, router=ro, heap=h, cluster=cl, replica=rep, simulate_replica=rep.simulate_replica)
