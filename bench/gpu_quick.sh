@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# A shorter device check for a nearly spent lease: equality on fewer replicas, then the reference
+# workload at 65,536 replicas only. Usage: bash bench/gpu_quick.sh LOGDIR
+set -u
+LOG_DIR=${1:-/tmp/gpu_quick}
+mkdir -p "$LOG_DIR"
+export PYTHONUNBUFFERED=1
+exec > >(tee -a "$LOG_DIR/gpu_quick.log") 2>&1
+cd "$(dirname "$0")/.."
+rm -rf /tmp/shim && mkdir -p /tmp/shim && cp -r poa_mc /tmp/shim/ && cp -r kernels /tmp/shim/poa_mc/kernels \
+  && cp -r cli /tmp/shim/poa_mc/cli && cp -r data /tmp/shim/poa_mc/data && export PYTHONPATH=/tmp/shim:${PYTHONPATH:-}
+date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "== equality CPU vs CUDA"
+timeout 120 python3 bench/gpu_equality.py 512 200; EQ=$?
+echo "== benchmark"
+(cd bench && timeout 150 python3 gpu_bench.py --requests 2000 --sizes 65536 --topologies 1P/5D,1P/2D --loads 64,512 --max-s 60)
+echo "equality exit=$EQ"
