@@ -452,13 +452,14 @@ def build(jit, rng, cache, router, heap, jit_small=None):
 
     @jit
     def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t):
-        """The router's decision for a new request (REFERENCE section 3)."""
+        """The router's decision for a new request (REFERENCE section 3): a prefill worker in
+        prefill_first, a decode worker otherwise."""
         if fp[F_EVDELAY] > 0.0:
             cache_deliver(pc, rep_i, ev, r, t)
         n_p = ip[P_NP]
         n_d = ip[P_ND]
         bs = ip[P_B]
-        flow = ip[P_FLOW]
+        prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
         policy = ip[P_POLICY]
         g = np.int64(slot_i[r, s, SI_GRP])
         pfx = np.int64(slot_i[r, s, SI_PFX])
@@ -466,77 +467,37 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         pblk = (isl + bs - 1) // bs
         meas = np.int64(slot_i[r, s, SI_MEAS])
         slot_i[r, s, SI_STATE] = ST_PREFILL
-        if flow == FLOW_PREFILL_FIRST:
-            record_candidates(ip, slot_i, wk_i, pc, cand, r, s, np.int64(0))
-            if policy == POL_PULL:
-                q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
-                return
-            w = router_choose(
-                policy,
-                wk_i,
-                pc,
-                rep_i,
-                r,
-                key,
-                np.int64(0),
-                n_p,
-                g,
-                pfx,
-                isl,
-                pblk,
-                bs,
-                fp[F_OMEGA],
-                fp[F_TAU],
-                ip[P_D],
-                np.int64(1),
-            )
-            ov = cache_seen_overlap(pc, r, w, g, pfx)
+        lo = np.int64(0) if prefill_first else n_p
+        k = n_p if prefill_first else n_d
+        record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo)
+        if prefill_first and policy == POL_PULL:
+            q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
+            return
+        by_tokens = np.int64(1) if prefill_first else np.int64(0)
+        w = router_choose(
+            policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], by_tokens
+        )
+        # the router books what it believes; workers compute against what they really hold
+        seen = cache_seen_overlap(pc, r, w, g, pfx)
+        slot_i[r, s, SI_APT] = isl - seen * bs
+        slot_i[r, s, SI_ABP] = pblk - seen
+        wk_i[r, w, WI_APT] += isl - seen * bs
+        wk_i[r, w, WI_AB] += pblk - seen
+        if meas >= 0:
+            out_i[r, meas, OI_CHOSEN] = w - lo
+        if prefill_first:
             slot_i[r, s, SI_PW] = w
-            slot_i[r, s, SI_APT] = isl - ov * bs
-            slot_i[r, s, SI_ABP] = pblk - ov
-            wk_i[r, w, WI_APT] += isl - ov * bs
-            wk_i[r, w, WI_AB] += pblk - ov
-            if meas >= 0:
-                out_i[r, meas, OI_CHOSEN] = w
             q_push(queue, wk_i, r, w, s, ip[P_Q])
             return
-        record_candidates(ip, slot_i, wk_i, pc, cand, r, s, n_p)
-        d = router_choose(
-            policy,
-            wk_i,
-            pc,
-            rep_i,
-            r,
-            key,
-            n_p,
-            n_d,
-            g,
-            pfx,
-            isl,
-            pblk,
-            bs,
-            fp[F_OMEGA],
-            fp[F_TAU],
-            ip[P_D],
-            np.int64(0),
-        )
-        # the router books what it believes; the decode worker computes against what it really holds
-        seen = cache_seen_overlap(pc, r, d, g, pfx)
-        ov = cache_overlap(pc, r, d, g, pfx)
+        ov = cache_overlap(pc, r, w, g, pfx)
         need = isl - ov * bs
         slot_i[r, s, SI_CACHED] = ov
         slot_i[r, s, SI_NEED] = need
-        slot_i[r, s, SI_APT] = isl - seen * bs
-        slot_i[r, s, SI_ABP] = pblk - seen
-        wk_i[r, d, WI_APT] += isl - seen * bs
-        wk_i[r, d, WI_AB] += pblk - seen
-        if meas >= 0:
-            out_i[r, meas, OI_CHOSEN] = d - n_p
         shared = n_p + n_d
-        if flow == FLOW_AGGREGATED or need <= ip[P_MAXLOCAL] or np.int64(wk_i[r, shared, WI_QN]) >= 2:
-            hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t)
+        if ip[P_FLOW] == FLOW_AGGREGATED or need <= ip[P_MAXLOCAL] or np.int64(wk_i[r, shared, WI_QN]) >= 2:
+            hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, w, t)
         else:
-            slot_i[r, s, SI_DW] = d
+            slot_i[r, s, SI_DW] = w
             q_push(queue, wk_i, r, shared, s, ip[P_Q])
 
     @jit

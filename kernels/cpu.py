@@ -17,98 +17,39 @@ _K = build(
 _simulate_replica = _K.simulate_replica
 
 
+# the argument order of simulate_replica after the replica index (layout.py documents each array)
+ARRAY_ORDER = (
+    "ip",
+    "fp",
+    "tabs",
+    "slot_i",
+    "slot_f",
+    "wk_i",
+    "wk_f",
+    "pc",
+    "ev",
+    "queue",
+    "run",
+    "heap_t",
+    "heap_c",
+    "rep_i",
+    "rep_f",
+    "out_f",
+    "out_i",
+    "cand",
+)
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _run_parallel(
-    r0,
-    r1,
-    ip,
-    fp,
-    tabs,
-    slot_i,
-    slot_f,
-    wk_i,
-    wk_f,
-    pc,
-    ev,
-    queue,
-    run,
-    heap_t,
-    heap_c,
-    rep_i,
-    rep_f,
-    out_f,
-    out_i,
-    cand,
-):
+def _run_parallel(r0, r1, *arrays):
     for r in numba.prange(r0, r1):
-        _simulate_replica(
-            r,
-            ip,
-            fp,
-            tabs,
-            slot_i,
-            slot_f,
-            wk_i,
-            wk_f,
-            pc,
-            ev,
-            queue,
-            run,
-            heap_t,
-            heap_c,
-            rep_i,
-            rep_f,
-            out_f,
-            out_i,
-            cand,
-        )
+        _simulate_replica(r, *arrays)
 
 
 @numba.njit(cache=True, nogil=True)
-def _run_serial(
-    r0,
-    r1,
-    ip,
-    fp,
-    tabs,
-    slot_i,
-    slot_f,
-    wk_i,
-    wk_f,
-    pc,
-    ev,
-    queue,
-    run,
-    heap_t,
-    heap_c,
-    rep_i,
-    rep_f,
-    out_f,
-    out_i,
-    cand,
-):
+def _run_serial(r0, r1, *arrays):
     for r in range(r0, r1):
-        _simulate_replica(
-            r,
-            ip,
-            fp,
-            tabs,
-            slot_i,
-            slot_f,
-            wk_i,
-            wk_f,
-            pc,
-            ev,
-            queue,
-            run,
-            heap_t,
-            heap_c,
-            rep_i,
-            rep_f,
-            out_f,
-            out_i,
-            cand,
-        )
+        _simulate_replica(r, *arrays)
 
 
 _compiled = False
@@ -119,28 +60,8 @@ def _alloc(shapes: dict, n: int) -> dict:
 
 
 def _call(fn, ip, fp, tabs, a, n) -> None:
-    fn(
-        0,
-        n,
-        ip,
-        fp,
-        tabs,
-        a["slot_i"],
-        a["slot_f"],
-        a["wk_i"],
-        a["wk_f"],
-        a["pc"],
-        a["ev"],
-        a["queue"],
-        a["run"],
-        a["heap_t"],
-        a["heap_c"],
-        a["rep_i"],
-        a["rep_f"],
-        a["out_f"],
-        a["out_i"],
-        a["cand"],
-    )
+    arrays = {"ip": ip, "fp": fp, "tabs": tabs, **a}
+    fn(0, n, *(arrays[k] for k in ARRAY_ORDER))
 
 
 def run_batch(
