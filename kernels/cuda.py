@@ -29,30 +29,13 @@ THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB 
 @cuda.jit(cache=True)
 def _run_kernel(
     n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
-):
+):  # fmt: skip
     r = cuda.grid(1)
     if r < n:
         _simulate_replica(
-            r,
-            ip,
-            fp,
-            tabs,
-            slot_i,
-            slot_f,
-            wk_i,
-            wk_f,
-            pc,
-            ev,
-            queue,
-            run,
-            heap_t,
-            heap_c,
-            rep_i,
-            rep_f,
-            out_f,
-            out_i,
+            r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
             cand,
-        )
+        )  # fmt: skip
 
 
 _NAMES = (
