@@ -168,7 +168,8 @@ def reduce_run(
     stale = sorted(c for c in on_disk if (run_dir.read_meta(c) or {}).get("fingerprint") != fp)
     if stale:
         raise RunDirError(
-            f"cells {', '.join(stale[:3])} were written by a different run (fingerprint); refusing to mix"
+            f"cells {', '.join(stale[:3])} were written by a different run "
+            f"({_how_different(run_dir.read_meta(stale[0]) or {}, manifest)}); refusing to mix"
         )
     missing = known - on_disk
     if missing and not allow_partial:
@@ -261,3 +262,12 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
         "policies": pl.Int64,
     }
     return pl.DataFrame(rows, schema=schema)
+
+
+def _how_different(meta: dict, manifest: dict) -> str:
+    """Name what differs between a cell's run and this directory's: seed, version, else the grid."""
+    why = []
+    for key, label in (("seed", "seed"), ("poa_mc_version", "poa-mc version")):
+        if meta.get(key) is not None and meta.get(key) != manifest.get(key):
+            why.append(f"{label} {meta.get(key)} there, {manifest.get(key)} here")
+    return "; ".join(why) or "a different grid (fingerprint)"

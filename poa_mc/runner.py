@@ -207,6 +207,8 @@ def run_grid(
             )
             meta = {
                 "fingerprint": fp,
+                "seed": manifest.get("seed"),
+                "poa_mc_version": manifest.get("poa_mc_version"),
                 "label": cell.label(),
                 "wall_s": wall,
                 "compile_s": float(getattr(res, "compile_s", 0.0)),

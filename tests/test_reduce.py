@@ -111,3 +111,17 @@ def test_incomplete_and_foreign_cells(tmp_path, run_dir):
     )
     with pytest.raises(RunDirError, match="another grid"):
         reduce_run(part, allow_partial=True)
+
+
+def test_reduce_names_what_differs_in_a_foreign_cell(run_dir, tmp_path):
+    import json
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    meta_path = sorted((copy / "meta").glob("*.json"))[0]
+    meta = json.loads(meta_path.read_text())
+    meta.update(fingerprint="0" * 16, seed=99)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(RunDirError, match="seed 99 there"):
+        reduce_run(copy)
