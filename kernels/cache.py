@@ -23,16 +23,15 @@ from ._ns import Namespace
 from .layout import RI_EVH, RI_EVN, RI_STAMP, WI_USED
 
 
-def build(jit, jit_small=None):
-    jit_small = jit_small or jit
+def build(jit):
 
-    @jit_small
+    @jit
     def overlap(pc, r, w, g, pfx):
         """Leading prompt blocks worker w really holds."""
         n = np.int64(pc[r, w, g, 0])
         return n if n < pfx else pfx
 
-    @jit_small
+    @jit
     def seen_overlap(pc, r, w, g, pfx):
         """Leading prompt blocks the router believes worker w holds."""
         n = np.int64(pc[r, w, g, 3])

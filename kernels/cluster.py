@@ -147,8 +147,8 @@ from .layout import (
 INF = math.inf
 
 
-def build(jit, rng, cache, router, heap, jit_small=None):
-    jit_small = jit_small or jit
+def build(jit, rng, cache, router, heap, jit_inline=None):
+    jit_inline = jit_inline or jit
     rng_below = rng.below
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -196,17 +196,17 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         return lo
 
     # ---------------------------------------------------------------- queues
-    @jit_small
+    @jit
     def q_push(queue, wk_i, r, row, s, qcap):
         n = np.int64(wk_i[r, row, WI_QN])
         queue[r, row, (wk_i[r, row, WI_QH] + n) % qcap] = s
         wk_i[r, row, WI_QN] = n + 1
 
-    @jit_small
+    @jit
     def q_at(queue, wk_i, r, row, i, qcap):
         return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
 
-    @jit_small
+    @jit
     def q_pop(queue, wk_i, r, row, qcap):
         s = np.int64(queue[r, row, wk_i[r, row, WI_QH]])
         wk_i[r, row, WI_QH] = (np.int64(wk_i[r, row, WI_QH]) + 1) % qcap
@@ -214,19 +214,19 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         return s
 
     # ---------------------------------------------------------------- timing
-    @jit_small
+    @jit
     def prefill_span(fp, tokens):
         t = np.float64(tokens)
         return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
 
-    @jit_small
+    @jit
     def step_ms(fp, x, cap):
         u = x / cap
         if u > 1.0:
             u = 1.0
         return fp[F_D2] * u * u + fp[F_D1] * u + fp[F_D0]
 
-    @jit_small
+    @jit
     def decode_span(fp, x0, n, k, cap):
         """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1)."""
         kf = np.float64(k)
@@ -239,7 +239,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         return fp[F_D2] * m2 / (cap * cap) + fp[F_D1] * m1 / cap + fp[F_D0] * kf
 
     # ---------------------------------------------------------------- decode workers
-    @jit
+    @jit_inline
     def truncate(ip, fp, wk_i, wk_f, r, d, t_ready):
         """A request becomes ready at t_ready on decode worker d: end its segment at the first step
         boundary at or after t_ready, so the request joins the pass that starts there."""
@@ -265,7 +265,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         wk_i[r, d, WI_SEG_M] = lo
         wk_f[r, d, WF_BUSY] = t0 + decode_span(fp, x0, n, lo, cap)
 
-    @jit
+    @jit_inline
     def hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t_ready):
         slot_i[r, s, SI_DW] = d
         slot_i[r, s, SI_STATE] = ST_DECODE_Q
@@ -273,7 +273,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         q_push(queue, wk_i, r, d, s, ip[P_Q])
         truncate(ip, fp, wk_i, wk_f, r, d, t_ready)
 
-    @jit
+    @jit_inline
     def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
         qcap = ip[P_Q]
         bs = ip[P_B]
@@ -373,7 +373,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
         wk_f[r, d, WF_BUSY] = t + dur
 
     # ---------------------------------------------------------------- arrivals and completions
-    @jit
+    @jit_inline
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         bs = ip[P_B]
         isl = draw_len(
@@ -437,7 +437,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
             svc = fp[F_SVC]
         slot_f[r, s, SF_SVC] = svc
 
-    @jit
+    @jit_inline
     def record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo):
         meas = np.int64(slot_i[r, s, SI_MEAS])
         if ip[P_RECORD] == 0 or meas < 0:
@@ -450,7 +450,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
             cand[r, meas, i, 0] = router_cand_tokens(wk_i, pc, r, lo + i, g, pfx, isl, ip[P_B])
             cand[r, meas, i, 1] = router_cand_blocks(wk_i, pc, r, lo + i, g, pfx, pblk)
 
-    @jit
+    @jit_inline
     def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t):
         """The router's decision for a new request (REFERENCE section 3): a prefill worker in
         prefill_first, a decode worker otherwise."""
@@ -500,7 +500,7 @@ def build(jit, rng, cache, router, heap, jit_small=None):
             slot_i[r, s, SI_DW] = w
             q_push(queue, wk_i, r, shared, s, ip[P_Q])
 
-    @jit
+    @jit_inline
     def finish(ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, s, t):
         """Request s emitted its last token at t: record it, free its blocks, wake its client."""
         bs = ip[P_B]

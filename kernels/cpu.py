@@ -7,27 +7,28 @@ import time
 import numba
 import numpy as np
 
+from ._cache import keyed_cache_dir
 from .layout import P_N, P_WARM
 from .source import build
 
-_K = build(
-    numba.njit(cache=True, nogil=True, _nrt=False),
-    numba.njit(cache=True, nogil=True, _nrt=False, inline="always"),
-)
-_simulate_replica = _K.simulate_replica
+with keyed_cache_dir("cpu"):
+    _K = build(
+        numba.njit(cache=True, nogil=True, _nrt=False),
+        numba.njit(cache=True, nogil=True, _nrt=False, inline="always"),
+    )
+    _simulate_replica = _K.simulate_replica
 
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _run_replicas(
-    r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
-    cand,
-):  # fmt: skip
-    # explicit arguments rather than *arrays: a tuple argument made the prange loop about 7% slower
-    for r in numba.prange(r0, r1):
-        _simulate_replica(
-            r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
-            cand,
-        )  # fmt: skip
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def _run_replicas(
+        r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+        out_i, cand,
+    ):  # fmt: skip
+        # explicit arguments rather than *arrays: a tuple argument made the prange loop about 7% slower
+        for r in numba.prange(r0, r1):
+            _simulate_replica(
+                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+                out_i, cand,
+            )  # fmt: skip
 
 
 _compiled = False

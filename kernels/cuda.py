@@ -19,23 +19,26 @@ if not hasattr(np, "row_stack"):
 
 from numba import cuda  # noqa: E402
 
-from .source import build
+from ._cache import keyed_cache_dir  # noqa: E402
+from .source import build  # noqa: E402
 
-_K = build(cuda.jit(device=True))
-_simulate_replica = _K.simulate_replica
 THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
 
+with keyed_cache_dir("cuda"):
+    _K = build(cuda.jit(device=True))
+    _simulate_replica = _K.simulate_replica
 
-@cuda.jit(cache=True)
-def _run_kernel(
-    n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i, cand
-):  # fmt: skip
-    r = cuda.grid(1)
-    if r < n:
-        _simulate_replica(
-            r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
-            cand,
-        )  # fmt: skip
+    @cuda.jit(cache=True)
+    def _run_kernel(
+        n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
+        cand,
+    ):  # fmt: skip
+        r = cuda.grid(1)
+        if r < n:
+            _simulate_replica(
+                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+                out_i, cand,
+            )  # fmt: skip
 
 
 _NAMES = (

@@ -7,16 +7,15 @@ from ._ns import Namespace
 from .layout import RI_HEAPN
 
 
-def build(jit, jit_small=None):
-    jit_small = jit_small or jit
+def build(jit):
 
-    @jit_small
+    @jit
     def _less(heap_t, heap_c, r, i, j):
         return heap_t[r, i] < heap_t[r, j] or (
             heap_t[r, i] == heap_t[r, j] and np.int64(heap_c[r, i]) < np.int64(heap_c[r, j])
         )
 
-    @jit_small
+    @jit
     def _swap(heap_t, heap_c, r, i, j):
         t = heap_t[r, i]
         heap_t[r, i] = heap_t[r, j]

@@ -82,7 +82,8 @@ STATUS_EVENTS = 2
 STATUS_STALL = 3
 
 
-def build(jit, rng, cache, router, heap, cl):
+def build(jit, rng, cache, router, heap, cl, jit_inline=None):
+    jit_inline = jit_inline or jit
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
     rng_replica_key = rng.replica_key
@@ -101,7 +102,7 @@ def build(jit, rng, cache, router, heap, cl):
     cl_q_push = cl.q_push
     cl_route = cl.route
 
-    @jit
+    @jit_inline
     def plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t):
         """Start a pass on idle prefill worker w: its own queue first, then (pull) the shared queue.
         Theory profiles take one request per pass and ignore the token budget."""
@@ -187,7 +188,7 @@ def build(jit, rng, cache, router, heap, cl):
             dur = svc
         wk_f[r, w, WF_BUSY] = t + dur
 
-    @jit
+    @jit_inline
     def prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t):
         bs = ip[P_B]
         g = np.int64(slot_i[r, s, SI_GRP])
@@ -211,7 +212,7 @@ def build(jit, rng, cache, router, heap, cl):
             xfer = fp[F_XFER_LAT] + fp[F_XFER_TOK] * moved
         cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t + xfer)
 
-    @jit
+    @jit_inline
     def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t):
         qcap = ip[P_Q]
         for i in range(np.int64(wk_i[r, w, WI_PASS_K])):
@@ -229,7 +230,7 @@ def build(jit, rng, cache, router, heap, cl):
             cl_q_pop(queue, wk_i, r, w, qcap)
             prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t)
 
-    @jit
+    @jit_inline
     def decode_end(
         ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, d, t
     ):
@@ -263,7 +264,7 @@ def build(jit, rng, cache, router, heap, cl):
             else:
                 i += 1
 
-    @jit
+    @jit_inline
     def arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, rep_f, out_i, cand, r, key, s, rid, t):
         cl_new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
         cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t)

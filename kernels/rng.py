@@ -26,12 +26,10 @@ _HALF53 = 0.5 / 9007199254740992.0
 _TWO_PI = 2.0 * math.pi
 
 
-def build(jit, jit_small=None):
-    """Compile the random-number functions with `jit` (numba.njit or cuda.jit(device=True)); `jit_small`
-    compiles the tiny hot helpers (inlined on the CPU)."""
-    jit_small = jit_small or jit
+def build(jit):
+    """Compile the random-number functions with `jit` (numba.njit or cuda.jit(device=True))."""
 
-    @jit_small
+    @jit
     def mix64(z):
         z = (z ^ (z >> _S30)) * _M1
         z = (z ^ (z >> _S27)) * _M2
@@ -43,7 +41,7 @@ def build(jit, jit_small=None):
         k = mix64(k ^ (np.uint64(stream) * _GOLDEN + np.uint64(2)))
         return mix64(k ^ (np.uint64(replica) * _GOLDEN + np.uint64(3)))
 
-    @jit_small
+    @jit
     def uniform(key, a, b):
         """A double in (0, 1): never 0, so log() is safe."""
         z = mix64(key ^ mix64(np.uint64(a) * _GOLDEN + np.uint64(b)))
@@ -59,7 +57,7 @@ def build(jit, jit_small=None):
         u2 = uniform(key, a, b + 1)
         return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
 
-    @jit_small
+    @jit
     def below(key, a, b, n):
         """An integer uniform on [0, n)."""
         i = np.int64(uniform(key, a, b) * n)
@@ -67,7 +65,7 @@ def build(jit, jit_small=None):
             i = n - 1
         return i
 
-    @jit_small
+    @jit
     def client_request_id(client, k):
         return (np.int64(client) << np.int64(32)) + np.int64(k)
 

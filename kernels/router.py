@@ -30,25 +30,24 @@ from .layout import (
 _B0 = 100
 
 
-def build(jit, rng, cache, jit_small=None):
-    jit_small = jit_small or jit
+def build(jit, rng, cache):
     rng_below = rng.below
     uniform = rng.uniform
     overlap = cache.seen_overlap  # the router decides from what it has been told
 
-    @jit_small
+    @jit
     def cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs):
         return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(pc, r, w, g, pfx) * bs
 
-    @jit_small
+    @jit
     def cand_blocks(wk_i, pc, r, w, g, pfx, pblk):
         return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(pc, r, w, g, pfx)
 
-    @jit_small
+    @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
         return omega * cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs) / bs + cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
 
-    @jit_small
+    @jit
     def load_of(wk_i, r, w, by_tokens):
         if by_tokens:
             return np.float64(np.int64(wk_i[r, w, WI_APT]))

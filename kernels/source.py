@@ -8,11 +8,15 @@ from . import cache, cluster, heap, replica, rng, router
 from ._ns import Namespace
 
 
-def build(jit, jit_small=None) -> Namespace:
-    r = rng.build(jit, jit_small)
-    c = cache.build(jit, jit_small)
-    ro = router.build(jit, r, c, jit_small)
-    h = heap.build(jit, jit_small)
-    cl = cluster.build(jit, r, c, ro, h, jit_small)
-    rep = replica.build(jit, r, c, ro, h, cl)
+def build(jit, jit_inline=None) -> Namespace:
+    """`jit_inline` compiles the per-event functions (each called from one or two places). The CPU
+    target inlines them at Numba's IR level: a call there passes ~15 array structs of ~11 words
+    each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
+    (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`."""
+    r = rng.build(jit)
+    c = cache.build(jit)
+    ro = router.build(jit, r, c)
+    h = heap.build(jit)
+    cl = cluster.build(jit, r, c, ro, h, jit_inline)
+    rep = replica.build(jit, r, c, ro, h, cl, jit_inline)
     return Namespace(rng=r, cache=c, router=ro, heap=h, cluster=cl, replica=rep, simulate_replica=rep.simulate_replica)
