@@ -38,6 +38,7 @@ measured completion), simulated (requests simulated in all, warm-up and tail inc
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -64,6 +65,9 @@ SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wai
 SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker")
 _OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT)
 _OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW)
+
+
+_log = logging.getLogger(__name__)
 
 
 class EngineError(RuntimeError):
@@ -301,6 +305,12 @@ def simulate(
         )
     batch = max(1, min(replicas, budget // per_rep))
     n_batches = -(-replicas // batch)
+    if n_batches > 1:
+        _log.warning(
+            "%d replicas x %.1f MiB exceed the %.0f MiB memory budget: running them in %d batches of %d "
+            "(results are the same as in one batch)",
+            replicas, per_rep / 2**20, budget / 2**20, n_batches, batch,
+        )  # fmt: skip
     samples = {name: np.empty((replicas, requests), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
     samples.update(
         {

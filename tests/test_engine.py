@@ -61,12 +61,13 @@ def test_conservation(flow, policy):
     assert res.replica["simulated"].min() >= RUN["requests"] + RUN["warmup"]
 
 
-def test_same_seed_is_bit_identical_and_independent_of_batching():
+def test_same_seed_is_bit_identical_and_independent_of_batching(caplog):
     spec = cell("decode_first", n_p=1, n_d=3, concurrency=24)
     a = simulate(spec, **RUN)
     b = simulate(spec, **RUN, parallel=False)
     c = simulate(spec, **RUN, max_batch_bytes=200_000)
     assert c.batches > 1
+    assert "batches" in caplog.text  # a run split for memory says so
     for k in a.samples:
         np.testing.assert_array_equal(a.samples[k], b.samples[k])
         np.testing.assert_array_equal(a.samples[k], c.samples[k])
