@@ -14,13 +14,14 @@ import dataclasses
 import difflib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
 from poa_mc.spec import ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.traces import FORMATS as TRACE_FORMATS
 
 BACKENDS = ("auto", "cpu", "cuda")
 SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
@@ -68,6 +69,19 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class TraceRef:
+    """Where a `dist = "trace"` length came from (`key`: workload.isl or workload.osl)."""
+
+    key: str
+    file: str  # as written in the grid (a path relative to the grid file, or a sample name)
+    format: str
+    column: str  # isl or osl
+    max: int  # 0 = no cap
+    sha256: str
+    count: int
+
+
+@dataclass(frozen=True)
 class GridConfig:
     """A parsed, validated grid. `workload` and `cluster` are templates: the load and the topology
     of each cell are filled in by `poa_mc.grid.expand`."""
@@ -82,11 +96,23 @@ class GridConfig:
     policies: tuple[PolicySpec, ...]
     poa: PoaSection
     source: str = "<string>"
+    traces: tuple[TraceRef, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints)."""
+        """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints).
+
+        A `dist = "trace"` length keeps its values in the GridConfig (the engine samples them) but
+        not here: its `values` list is replaced by a `trace` description (file, format, column, max,
+        sha256, count), which determines the values, so manifests stay small for big traces."""
         d = dataclasses.asdict(self)
         d.pop("source")
+        d.pop("traces")
+        for ref in self.traces:
+            section, key = ref.key.split(".")
+            dist = d[section][key]
+            dist.pop("values")
+            dist["trace"] = dataclasses.asdict(ref)
+            dist["trace"].pop("key")
         return _jsonable(d)
 
     def cells(self) -> list:
@@ -197,13 +223,74 @@ _DIST_FIELDS: dict[str, dict[str, tuple[type, Any]]] = {
     "uniform": {"low": (int, None), "high": (int, None)},
     "lognormal": {"mean": (float, None), "sigma": (float, None), "cap": (int, 1 << 20)},
     "empirical": {"values": (list, None)},
+    "trace": {"file": (str, None), "format": (str, None), "max": (int, 0)},
 }
 
 
-def parse_dist(value: Any, path: str) -> Dist:
-    """A token-count distribution: a plain integer (fixed) or a `{ dist = ..., ... }` table."""
+def _resolve_trace_file(name: str, base_dir: Path, path: str) -> Path:
+    """The file to read: relative paths are taken from the grid file's directory; a bare name
+    that is no file there may name a shipped sample (`mooncake_sample`)."""
+    from poa_mc.traces import sample_names, sample_path
+
+    p = Path(name).expanduser()
+    if not p.is_absolute():
+        p = base_dir / p
+    if p.is_file():
+        return p
+    hint = ""
+    if "/" not in name and "\\" not in name:
+        sample = sample_path(name)
+        if sample is not None:
+            return sample
+        hint = f" (nor a shipped sample: {', '.join(sample_names())})"
+    raise ConfigError(f"{path}.file", f"no such file {str(p)!r}{hint}")
+
+
+def _parse_trace_dist(value: dict, path: str, base_dir: Path) -> tuple[Dist, TraceRef]:
+    from poa_mc.traces import load_trace
+
+    fields = _DIST_FIELDS["trace"]
+    _check_keys(value, {"dist": None, **fields}, path)
+    for k in ("file", "format"):
+        if k not in value:
+            raise ConfigError(f"{path}.{k}", "required for dist = 'trace'")
+    name = _coerce(value["file"], str, f"{path}.file")
+    fmt = _choice(_coerce(value["format"], str, f"{path}.format"), TRACE_FORMATS, f"{path}.format")
+    cap = _coerce(value.get("max", 0), int, f"{path}.max")
+    if "max" in value:
+        _positive(cap, f"{path}.max")
+    column = path.rsplit(".", 1)[-1]
+    if column not in ("isl", "osl"):
+        raise ConfigError(f"{path}.dist", "dist = 'trace' is for workload.isl and workload.osl only")
+    file = _resolve_trace_file(name, base_dir, path)
+    try:
+        trace = load_trace(file, fmt)
+    except SpecError as e:
+        raise ConfigError(f"{path}.file", e.message) from None
+    # Lengths of 0 (e.g. an Azure request that generated nothing) become 1: a Dist draws counts >= 1.
+    values = getattr(trace, column).clip(min=1)
+    if cap:
+        values = values.clip(max=cap)
+    dist = Dist("empirical", values=tuple(int(v) for v in values))
+    return dist, TraceRef(path, name, fmt, column, cap, trace.sha256, len(values))
+
+
+def parse_dist(value: Any, path: str, base_dir: Path | None = None) -> Dist:
+    """A token-count distribution: a plain integer (fixed) or a `{ dist = ..., ... }` table.
+
+    `dist = "trace"` resolves to an empirical Dist of the trace's lengths; its file is read
+    relative to `base_dir` (the grid file's directory; default the working directory). Use
+    `parse_length` to also get the TraceRef that describes it in the resolved grid."""
+    return parse_length(value, path, base_dir)[0]
+
+
+def parse_length(value: Any, path: str, base_dir: Path | None = None) -> tuple[Dist, TraceRef | None]:
+    """parse_dist, plus the TraceRef of a `dist = "trace"` table (None for every other kind)."""
+    ref = None
     if isinstance(value, int) and not isinstance(value, bool):
         dist = Dist("fixed", value=value)
+    elif isinstance(value, dict) and value.get("dist") == "trace":
+        dist, ref = _parse_trace_dist(value, path, base_dir if base_dir is not None else Path.cwd())
     elif isinstance(value, dict):
         kind = _coerce(value.get("dist", "fixed"), str, f"{path}.dist")
         if kind not in _DIST_FIELDS:
@@ -229,10 +316,10 @@ def parse_dist(value: Any, path: str) -> Dist:
         dist.validate(path)
     except SpecError as e:
         raise ConfigError(e.path, e.message) from None
-    return dist
+    return dist, ref
 
 
-def _parse_workload(doc: dict) -> tuple[WorkloadSpec, str]:
+def _parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple[TraceRef, ...]]:
     table = _table(doc, "workload", "workload")
     for key in ("concurrency", "rate", "rate_rps"):
         if key in table:
@@ -250,10 +337,16 @@ def _parse_workload(doc: dict) -> tuple[WorkloadSpec, str]:
         },
         "workload",
     )
-    f["isl"] = parse_dist(table["isl"], "workload.isl") if "isl" in table else base.isl
-    f["osl"] = parse_dist(table["osl"], "workload.osl") if "osl" in table else base.osl
+    refs: list[TraceRef] = []
+    for key in ("isl", "osl"):
+        if key in table:
+            f[key], ref = parse_length(table[key], f"workload.{key}", base_dir)
+            if ref is not None:
+                refs.append(ref)
+        else:
+            f[key] = getattr(base, key)
     spec = WorkloadSpec(**f)
-    return spec, f["arrival"]
+    return spec, f["arrival"], tuple(refs)
 
 
 _CLUSTER_FIELDS = {
@@ -409,17 +502,22 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     return PoaSection(**f)
 
 
-def parse_grid(doc: dict, source: str = "<string>") -> GridConfig:
-    """Validate a parsed TOML document and resolve it into a GridConfig (cells checked too)."""
+def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None = None) -> GridConfig:
+    """Validate a parsed TOML document and resolve it into a GridConfig (cells checked too).
+
+    Trace files (`dist = "trace"`) are read relative to `base_dir`: by default the directory of
+    `source` when it names a file, else the working directory."""
+    if base_dir is None:
+        base_dir = Path(source).parent if source != "<string>" else Path.cwd()
     _check_keys(doc, SECTIONS, "")
     run = _parse_run(doc)
-    workload, arrival = _parse_workload(doc)
+    workload, arrival, traces = _parse_workload(doc, Path(base_dir))
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
     topologies, axis, loads = _parse_grid_axes(doc, arrival)
     policies = _parse_policies(doc)
     poa = _parse_poa(doc, policies)
-    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source)
+    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces)
     grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path
     return grid
 
@@ -431,9 +529,9 @@ def load_grid(path: str | Path) -> GridConfig:
     return loads_grid(text, str(path))
 
 
-def loads_grid(text: str, source: str = "<string>") -> GridConfig:
+def loads_grid(text: str, source: str = "<string>", base_dir: str | Path | None = None) -> GridConfig:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(source, f"not valid TOML: {e}") from None
-    return parse_grid(doc, source)
+    return parse_grid(doc, source, base_dir)
