@@ -7,6 +7,7 @@ the engine simulates, store writes, reduce and plots summarise.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -56,6 +57,24 @@ def resolve_backend(requested: str) -> str:
     return resolver("auto") if callable(resolver) else "cpu"
 
 
+_INLINE_VALUES = 64
+
+
+def _compact(obj: Any) -> Any:
+    """Empirical length lists (a trace can hold millions) are stored in cells.parquet as their
+    count and sha256 rather than inline; the cell id still hashes the full values."""
+    if isinstance(obj, dict):
+        out = {k: _compact(v) for k, v in obj.items()}
+        values = obj.get("values")
+        if isinstance(values, (list, tuple)) and len(values) > _INLINE_VALUES:
+            digest = hashlib.sha256(json.dumps(list(values)).encode()).hexdigest()
+            out["values"] = {"count": len(values), "sha256": digest}
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_compact(v) for v in obj]
+    return obj
+
+
 def cells_frame(cells: list[Cell]) -> pl.DataFrame:
     """One row per cell: identity, load, policy, and every resolved parameter (+ spec_json)."""
     rows = []
@@ -84,8 +103,8 @@ def cells_frame(cells: list[Cell]) -> pl.DataFrame:
         w = s.workload
         row.update(
             arrival=w.arrival,
-            isl=json.dumps(dataclasses.asdict(w.isl)),
-            osl=json.dumps(dataclasses.asdict(w.osl)),
+            isl=json.dumps(_compact(dataclasses.asdict(w.isl))),
+            osl=json.dumps(_compact(dataclasses.asdict(w.osl))),
             prefix_groups=w.prefix_groups,
             prefix_ratio=w.prefix_ratio,
             popularity=w.popularity,
@@ -93,7 +112,7 @@ def cells_frame(cells: list[Cell]) -> pl.DataFrame:
             think_ms=w.think_ms,
             profile=s.profile.name,
             profile_kind=s.profile.kind,
-            spec_json=json.dumps(dataclasses.asdict(s), sort_keys=True),
+            spec_json=json.dumps(_compact(dataclasses.asdict(s)), sort_keys=True),
         )
         rows.append(row)
     schema_overrides = {"concurrency": pl.Int64, "rate": pl.Float64, "kv_bytes_per_token": pl.Float64}

@@ -164,3 +164,35 @@ def test_cli_validate_bad_trace_path_exits_2(tmp_path):
     r = CliRunner().invoke(main, ["validate", str(g)])
     assert r.exit_code == 2
     assert "workload.isl.file" in r.output
+
+
+def test_cells_table_stores_long_trace_values_compactly():
+    import json
+
+    from poa_mc.grid import expand
+    from poa_mc.runner import cells_frame
+
+    grid = loads_grid(
+        """
+[run]
+name = "t"
+replicas = 2
+requests = 10
+warmup = 1
+[workload]
+isl = { dist = "trace", file = "mooncake_sample", format = "mooncake" }
+osl = 8
+[grid]
+topology = ["1P/1D"]
+concurrency = [2]
+[[policy]]
+name = "kv"
+kind = "kv"
+[poa]
+selfish = "kv"
+"""
+    )
+    frame = cells_frame(expand(grid))
+    isl = json.loads(frame["isl"][0])
+    assert isl["kind"] == "empirical" and isl["values"]["count"] == 300 and len(isl["values"]["sha256"]) == 64
+    assert len(frame["spec_json"][0]) < 4000
