@@ -24,7 +24,9 @@ setup(
         "scipy>=1.11",
     ],
     extras_require={
+        # pick the CuPy wheel that matches the driver's CUDA major version
         "gpu": ["numba-cuda>=0.20", "cupy-cuda12x>=13"],
+        "gpu-cuda13": ["numba-cuda>=0.20", "cupy-cuda13x>=14"],
         "dev": ["pytest>=8", "ruff>=0.5"],
     },
     entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:main"]},
