@@ -67,7 +67,17 @@ def build(jit):
 
     @jit
     def make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, need):
-        """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do."""
+        """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do;
+        False, with nothing evicted, if they cannot fit even with every unpinned chain gone."""
+        short = np.int64(wk_i[r, w, WI_USED]) + need - capacity
+        if short <= 0:
+            return True
+        evictable = np.int64(0)
+        for g in range(n_groups):
+            if np.int64(pc[r, w, g, 2]) == 0:
+                evictable += np.int64(pc[r, w, g, 0])
+        if evictable < short:
+            return False
         while np.int64(wk_i[r, w, WI_USED]) + need > capacity:
             best = -1
             best_stamp = np.int64(0)

@@ -31,6 +31,8 @@ def build(jit):
 
     @jit
     def mix64(z):
+        # unsigned on purpose: a signed argument would shift arithmetically and bias every draw
+        z = np.uint64(z)
         z = (z ^ (z >> _S30)) * _M1
         z = (z ^ (z >> _S27)) * _M2
         return z ^ (z >> _S31)
@@ -44,7 +46,7 @@ def build(jit):
     @jit
     def uniform(key, a, b):
         """A double in (0, 1): never 0, so log() is safe."""
-        z = mix64(key ^ mix64(np.uint64(a) * _GOLDEN + np.uint64(b)))
+        z = mix64(np.uint64(key) ^ mix64(np.uint64(a) * _GOLDEN + np.uint64(b)))
         return np.float64(z >> _S11) * _INV53 + _HALF53
 
     @jit
