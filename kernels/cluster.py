@@ -279,6 +279,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         bs = ip[P_B]
         flow = ip[P_FLOW]
         wk_f[r, d, WF_WAKE] = INF
+        admitted_from = np.int64(wk_i[r, d, WI_NRUN])
         # FCFS admission while blocks and sequence slots last
         while np.int64(wk_i[r, d, WI_QN]) > 0:
             s = q_at(queue, wk_i, r, d, np.int64(0), qcap)
@@ -308,6 +309,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         if nrun == 0:
             return
         n_dec = 0
+        n_wait = 0
         x0 = np.int64(0)
         m = np.int64(1) << np.int64(40)
         for i in range(nrun):
@@ -318,12 +320,15 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 left = np.int64(slot_i[r, s, SI_OSL]) - np.int64(slot_i[r, s, SI_GEN])
                 if left < m:
                     m = left
+            else:
+                n_wait += 1
         budget = ip[P_BUDGET] - n_dec
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
         n_pre = 0
         svc = 0.0
-        for i in range(nrun):
+        # chunks are 0 outside passes, so the chunk scan is only needed when a local prefill waits
+        for i in range(nrun if n_wait > 0 else 0):
             s = np.int64(run[r, d, i])
             slot_i[r, s, SI_CHUNK] = 0
             rem = np.int64(slot_i[r, s, SI_NEED]) - np.int64(slot_i[r, s, SI_DONE])
@@ -363,7 +368,9 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 dur = decode_span(fp, np.int64(x0), np.int64(n_dec), np.int64(m), cap)
             wk_i[r, d, WI_SEG_M] = m
             first = t + step_ms(fp, np.float64(x0), cap)
-        for i in range(nrun):
+        # only requests admitted by this call can still wait for their first decode step: a local
+        # prefill gets its first token at the end of the pass that completes it (decode_end)
+        for i in range(admitted_from, nrun):
             s = np.int64(run[r, d, i])
             if np.int64(slot_i[r, s, SI_FRESH]) == 1 and np.int64(slot_i[r, s, SI_DONE]) == np.int64(
                 slot_i[r, s, SI_NEED]
