@@ -21,8 +21,9 @@ decisions in arrival order (a trailing partial window is dropped):
   sums over all replicas with a delta-method interval.
 
 Cost units: `router` = Dynamo's cost  omega * tokens / block_size + blocks  (dimensionless);
-`ttft` = predicted prefill milliseconds of the tokens ahead of and including the request, from the
-profile (polynomial: p2 T^2 + p1 T + p0; theory profiles: prefill_ms * T / isl);
+`ttft` = predicted TTFT in ms: the prefill of the tokens ahead of and including the request, from the
+profile (polynomial: p2 T^2 + p1 T + p0, nothing for T = 0; theory profiles: prefill_ms * T / isl),
+plus the first decode step (d0, or decode_ms), so a fully cached request still costs a step;
 `observed` = the paper's flavour: ACTUAL is each request's observed TTFT (ms, queueing, transfer
 and decode admission included) and OPT uses the frozen `ttft` predictions, so the ratio also
 grows with everything the router's cost model does not see (it explodes past saturation).
@@ -219,6 +220,14 @@ def prefill_ms_cost(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | 
     return np.where(t > 0, ms, 0.0)
 
 
+def predicted_ttft_ms(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | None = None) -> np.ndarray:
+    """Predicted TTFT (ms) on a worker: the prefill of `tokens` uncached tokens plus the first decode
+    step (the profile's step time at an empty cache, a lower bound). The decode step keeps a fully
+    cached request's cost above zero, as its observed TTFT always is, so OPT never collapses to 0."""
+    first_step = profile.d0 if profile.kind == "polynomial" else profile.decode_ms
+    return prefill_ms_cost(tokens, profile, isl) + first_step
+
+
 @numba.njit(cache=True)
 def _assign_min(a: np.ndarray) -> float:
     """Minimum total cost of assigning every row of a (n x m, n <= m) to a distinct column.
@@ -366,14 +375,14 @@ def poa_hat_from_candidates(
         frozen = router_cost(f_tok, f_blk, block_size, overlap_weight)
     elif cost == "ttft":
         profile = profile or ProfileSpec()
-        realized = prefill_ms_cost(cand_tokens, profile, isl)
-        frozen = prefill_ms_cost(f_tok, profile, isl)
+        realized = predicted_ttft_ms(cand_tokens, profile, isl)
+        frozen = predicted_ttft_ms(f_tok, profile, isl)
     elif cost == "observed":
         if ttft_ms is None:
             raise ValueError("cost='observed' needs the observed ttft_ms (R, N)")
         profile = profile or ProfileSpec()
         realized = np.broadcast_to(np.asarray(ttft_ms, dtype=np.float64)[:, :, None], cand_tokens.shape)
-        frozen = prefill_ms_cost(f_tok, profile, isl)
+        frozen = predicted_ttft_ms(f_tok, profile, isl)
     else:
         raise ValueError(f"unknown PoA-hat cost {cost!r}")
     return windowed_poa(realized, frozen, chosen, window, slots)

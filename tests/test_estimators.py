@@ -145,6 +145,15 @@ def test_prefill_ms_cost_polynomial_and_theory():
     )
 
 
+def test_predicted_ttft_adds_the_first_decode_step():
+    from poa_mc.estimators import predicted_ttft_ms
+
+    p = ProfileSpec()
+    t = np.array([0.0, 1000.0])
+    np.testing.assert_allclose(predicted_ttft_ms(t, p), prefill_ms_cost(t, p) + p.d0)
+    assert (predicted_ttft_ms(np.zeros(4), p) > 0).all()  # a fully cached prompt still waits a step
+
+
 def test_opt_zero_handling():
     assert ratio_interval(np.zeros(3), np.zeros(3)).value == 1.0
     assert math.isinf(ratio_interval(np.ones(3), np.zeros(3)).value)
