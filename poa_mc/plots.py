@@ -49,6 +49,8 @@ def _set_load_scale(ax: plt.Axes, x: np.ndarray) -> None:
     if 0 < x.size <= 12:  # label the simulated loads themselves, not powers of two
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.minorticks_off()
+        if x.size > 6:  # dense loads on a log axis crowd their labels: tilt them
+            ax.tick_params(axis="x", labelrotation=45, labelsize=8)
 
 
 def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
