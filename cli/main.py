@@ -151,6 +151,7 @@ def run(
     from poa_mc.runner import run_grid
 
     grid = load_grid_arg(grid_arg)
+    _warn(grid)
     shard_t = None
     if shard is not None:
         try:
@@ -176,6 +177,13 @@ def run(
         say(f"shard {shard_t[0]}/{shard_t[1]} done; reduce with `poa-mc reduce {report.out}` once all shards finish")
 
 
+def _warn(grid) -> None:
+    from poa_mc.config import grid_warnings
+
+    for w in grid_warnings(grid):
+        click.echo(f"warning: {w}", err=True)
+
+
 @main.command()
 @click.argument("grid_file", metavar="FILE")
 @_handle_errors
@@ -184,6 +192,7 @@ def validate(grid_file: str) -> None:
     from poa_mc.grid import estimate_cost
 
     grid = load_grid_arg(grid_file)
+    _warn(grid)
     cells = grid.cells()
     r = grid.run
     total = sum(estimate_cost(c, r) for c in cells)

@@ -530,7 +530,9 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             out_f[r, meas, OF_TTFT] = first - arr
             out_f[r, meas, OF_E2E] = t - arr
             out_f[r, meas, OF_ITL] = (t - first) / (osl - 1) if osl > 1 else 0.0
-            out_f[r, meas, OF_PWAIT] = slot_f[r, s, SF_TPF] - arr
+            # a fully cached prompt is never scheduled in a prefill pass: it waited for no prefill
+            tpf = slot_f[r, s, SF_TPF]
+            out_f[r, meas, OF_PWAIT] = tpf - arr if tpf >= 0.0 else 0.0
             out_f[r, meas, OF_DWAIT] = slot_f[r, s, SF_ADM] - slot_f[r, s, SF_READY]
             out_i[r, meas, OI_SEQ] = np.int64(slot_i[r, s, SI_SEQ])
             out_i[r, meas, OI_ISL] = isl

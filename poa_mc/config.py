@@ -535,3 +535,17 @@ def loads_grid(text: str, source: str = "<string>", base_dir: str | Path | None 
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(source, f"not valid TOML: {e}") from None
     return parse_grid(doc, source, base_dir)
+
+
+def grid_warnings(grid: GridConfig) -> list[str]:
+    """Legal but suspicious settings, said before a run starts (not errors: nothing is refused)."""
+    out = []
+    if grid.load_axis == "concurrency" and grid.loads:
+        c = int(max(grid.loads))
+        if grid.run.warmup < 2 * c:
+            out.append(
+                f"run.warmup = {grid.run.warmup} is below twice the largest concurrency ({c}): all clients send "
+                f"their first requests together at t = 0, and that start-up burst will be measured; "
+                f"use warmup >= {2 * c}"
+            )
+    return out

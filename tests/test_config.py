@@ -120,3 +120,12 @@ def test_to_dict_is_json_and_complete():
     d = loads_grid(SMALL).to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["run"]["seed"] == 7 and d["policies"][1]["kind"] == "round_robin"
+
+
+def test_warmup_below_twice_the_concurrency_is_warned_not_refused():
+    from poa_mc.config import grid_warnings
+
+    low = loads_grid(SMALL.replace("warmup = ", "warmup = 0 #"))
+    assert any("run.warmup" in w for w in grid_warnings(low))
+    high = loads_grid(SMALL.replace("warmup = ", "warmup = 100000 #"))
+    assert grid_warnings(high) == []

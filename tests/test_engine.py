@@ -61,6 +61,16 @@ def test_conservation(flow, policy):
     assert res.replica["simulated"].min() >= RUN["requests"] + RUN["warmup"]
 
 
+def test_fully_cached_prompts_wait_for_no_prefill():
+    # prefix_ratio 1 and a block-sized prompt: after the first request of a group, nothing to prefill
+    spec = cell("decode_first", n_p=1, n_d=2, isl=Dist("fixed", 128), prefix_ratio=1.0, prefix_groups=2)
+    res = simulate(spec, **RUN)
+    s = res.samples
+    assert (s["cached_blocks"] == s["prompt_blocks"]).mean() > 0.9
+    assert (s["prefill_wait_ms"] >= 0).all() and np.isfinite(s["prefill_wait_ms"]).all()
+    assert (s["prefill_wait_ms"][s["cached_blocks"] == s["prompt_blocks"]] == 0).all()
+
+
 def test_same_seed_is_bit_identical_and_independent_of_batching(caplog):
     spec = cell("decode_first", n_p=1, n_d=3, concurrency=24)
     a = simulate(spec, **RUN)
