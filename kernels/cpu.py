@@ -1,8 +1,9 @@
-"""CPU target: the kernel source compiled with numba.njit, replicas run in parallel (prange)."""
+"""CPU target: the kernel source compiled with numba.njit; replicas run on parallel threads (no GIL)."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -18,13 +19,15 @@ with keyed_cache_dir("cpu"):
     )
     _simulate_replica = _K.simulate_replica
 
-    @numba.njit(parallel=True, cache=True, nogil=True)
+    # serial and GIL-free: run_batch spreads replicas over threads itself. A prange loop compiled
+    # 9 s slower and ran slower than plain threads over contiguous chunks (bench/NOTES.md).
+    @numba.njit(cache=True, nogil=True)
     def _run_replicas(
         r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
         out_i, cand,
     ):  # fmt: skip
         # explicit arguments rather than *arrays: a tuple argument made the prange loop about 7% slower
-        for r in numba.prange(r0, r1):
+        for r in range(r0, r1):
             _simulate_replica(
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand,
@@ -38,9 +41,9 @@ def _alloc(shapes: dict, n: int) -> dict:
     return {name: np.zeros((n, *shape), dtype=dtype) for name, (shape, dtype) in shapes.items()}
 
 
-def _call(ip, fp, tabs, a, n) -> None:
+def _call(ip, fp, tabs, a, n, r0=0) -> None:
     _run_replicas(
-        0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"], a["run"],
+        r0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"], a["run"],
         a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"],
     )  # fmt: skip
 
@@ -62,13 +65,15 @@ def run_batch(
         compile_s = time.perf_counter() - t0
         _compiled = True
     a = _alloc(shapes, n)
-    threads = numba.get_num_threads()
-    if not parallel:
-        numba.set_num_threads(1)
-    try:
+    threads = max(1, min(n, numba.get_num_threads() if parallel else 1))
+    bounds = [n * i // threads for i in range(threads + 1)]
+    if threads == 1:
         _call(ip, fp, tabs, a, n)
-    finally:
-        numba.set_num_threads(threads)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(threads)]
+            for job in jobs:
+                job.result()
     return a, compile_s
 
 
