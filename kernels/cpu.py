@@ -26,7 +26,7 @@ with keyed_cache_dir("cpu"):
         r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
         out_i, cand,
     ):  # fmt: skip
-        # explicit arguments rather than *arrays: a tuple argument made the prange loop about 7% slower
+        # explicit arguments rather than *arrays: a tuple argument made the replica loop about 7% slower
         for r in range(r0, r1):
             _simulate_replica(
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
