@@ -370,66 +370,34 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                     )
             if rep_i[r, RI_DONE_MEAS] >= ip[P_N]:
                 break
-            if closed:
-                while rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] <= t:
-                    c = heap_pop(heap_t, heap_c, rep_i, r)
-                    kc = np.int64(slot_i[r, c, SI_KCOUNT])
-                    slot_i[r, c, SI_KCOUNT] = kc + 1
-                    arrive(
-                        ip,
-                        fp,
-                        tabs,
-                        slot_i,
-                        slot_f,
-                        wk_i,
-                        wk_f,
-                        pc,
-                        ev,
-                        queue,
-                        rep_i,
-                        rep_f,
-                        out_i,
-                        cand,
-                        r,
-                        key,
-                        c,
-                        rng_client_request_id(c, kc),
-                        t,
-                    )
-            else:
-                while rep_f[r, RF_NEXT_ARR] <= t:
+            # arrivals due now: a closed-loop client whose wake-up time has come, or the next Poisson arrival
+            while True:
+                if closed:
+                    if rep_i[r, RI_HEAPN] == 0 or heap_t[r, 0] > t:
+                        break
+                    s = heap_pop(heap_t, heap_c, rep_i, r)
+                    kc = np.int64(slot_i[r, s, SI_KCOUNT])
+                    slot_i[r, s, SI_KCOUNT] = kc + 1
+                    rid = rng_client_request_id(s, kc)
+                else:
+                    if rep_f[r, RF_NEXT_ARR] > t:
+                        break
                     top = rep_i[r, RI_FREE_TOP]
                     if top == 0:
                         rep_i[r, RI_STATUS] = STATUS_SLOTS
                         break
                     rep_i[r, RI_FREE_TOP] = top - 1
                     s = np.int64(queue[r, n_w + 1, top - 1])
-                    n = rep_i[r, RI_NOPEN]
-                    rep_i[r, RI_NOPEN] = n + 1
-                    arrive(
-                        ip,
-                        fp,
-                        tabs,
-                        slot_i,
-                        slot_f,
-                        wk_i,
-                        wk_f,
-                        pc,
-                        ev,
-                        queue,
-                        rep_i,
-                        rep_f,
-                        out_i,
-                        cand,
-                        r,
-                        key,
-                        s,
-                        n,
-                        t,
-                    )
-                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, n + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
-                if rep_i[r, RI_STATUS] != 0:
-                    break
+                    rid = rep_i[r, RI_NOPEN]
+                    rep_i[r, RI_NOPEN] = rid + 1
+                arrive(
+                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, rep_f, out_i, cand, r, key, s,
+                    rid, t,
+                )  # fmt: skip
+                if not closed:
+                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
+            if rep_i[r, RI_STATUS] != 0:
+                break
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == INF:
                     plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)

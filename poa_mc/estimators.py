@@ -55,15 +55,22 @@ def _t_quantile(n: int, level: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2, n - 1))
 
 
+def _too_few(x: np.ndarray) -> Estimate | None:
+    """The estimate of a mean when there are too few replicas for an interval, else None."""
+    if x.size == 0:
+        return Estimate(math.nan, math.nan, math.nan)
+    if x.size < 2:
+        return Estimate(float(x.mean()), math.nan, math.nan)
+    return None
+
+
 def t_interval(x: np.ndarray, level: float = 0.95) -> Estimate:
     """Mean of per-replica values with a Student-t interval (NaN bounds for fewer than 2)."""
     x = np.asarray(x, dtype=np.float64)
+    if (few := _too_few(x)) is not None:
+        return few
     n = x.size
-    if n == 0:
-        return Estimate(math.nan, math.nan, math.nan)
     m = float(x.mean())
-    if n < 2:
-        return Estimate(m, math.nan, math.nan)
     half = _t_quantile(n, level) * float(x.std(ddof=1)) / math.sqrt(n)
     return Estimate(m, m - half, m + half)
 
@@ -98,12 +105,10 @@ def bootstrap_mean_interval(
 ) -> Estimate:
     """Mean of per-replica values (e.g. per-replica P99s) with a percentile bootstrap over replicas."""
     x = np.asarray(x, dtype=np.float64)
+    if (few := _too_few(x)) is not None:
+        return few
     n = x.size
-    if n == 0:
-        return Estimate(math.nan, math.nan, math.nan)
     m = float(x.mean())
-    if n < 2:
-        return Estimate(m, math.nan, math.nan)
     idx = rng.integers(0, n, size=(n_boot, n))
     boots = x[idx].mean(axis=1)
     lo, hi = np.quantile(boots, [0.5 - level / 2, 0.5 + level / 2])
