@@ -53,9 +53,15 @@ def main() -> int:
     ap.add_argument("--no-candidates", action="store_true", help="do not record the router's candidate costs")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--record", action="store_true", help="append the result to bench/RESULTS.md")
+    ap.add_argument("--serial", action="store_true", help="one thread (steadier for A/B comparisons)")
+    ap.add_argument("--decode-kv-blocks", type=int, default=None, help="e.g. 1200: a cell under KV pressure")
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
     spec = reference_cell(n_p, n_d, a.concurrency)
+    if a.decode_kv_blocks:
+        from dataclasses import replace
+
+        spec = replace(spec, cluster=replace(spec.cluster, decode_kv_blocks=a.decode_kv_blocks))
     kw = dict(
         replicas=a.replicas,
         requests=a.requests,
@@ -65,6 +71,8 @@ def main() -> int:
         backend=a.backend,
         record_candidates=not a.no_candidates,
     )
+    if a.serial:
+        kw["parallel"] = False
     first = simulate(spec, **kw)
     walls = [first.wall_s] + [simulate(spec, **kw).wall_s for _ in range(a.repeat - 1)]
     wall = sorted(walls)[len(walls) // 2]
@@ -77,8 +85,11 @@ def main() -> int:
         f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
         f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; "
         f"state {first.state_bytes_per_replica} B/replica; "
-        f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms"
+        f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms; "
+        f"{first.replica['events'].sum() / simulated:.2f} events/request"
     )
+    if "preemptions" in first.replica:  # older commits (bench/at_commit.py) have no such counter
+        line += f", {first.replica['preemptions'].sum() / simulated:.3f} preemptions/request"
     print(line)
     if a.record:
         out = Path(__file__).with_name("RESULTS.md")

@@ -1,29 +1,46 @@
-"""Per-worker prefix KV cache: LRU at block granularity over shared prefix chains.
+"""Per-worker prefix KV cache: vLLM's block pool, LRU over every full block a request released.
 
-A worker caches, for each prefix group g, the leading `pc[r, w, g, 0]` blocks of g's shared
-prefix. Every block of one chain is touched together, so one LRU stamp per chain
-(`pc[.., 1]`) orders blocks exactly, and evicting "the least recently used block" means cutting
-the tail of the chain with the oldest stamp: tail-first eviction, so partial hits happen as in
-Dynamo's block manager. A chain used by an in-flight request is pinned (`pc[.., 2]` counts its
-users) and cannot be evicted. Blocks unique to one request can never hit again, so they are
-held while the request needs them and freed when it releases them rather than kept in the LRU
-(a documented simplification: under cache pressure Dynamo would let them push older prefixes out).
-`wk_i[r, w, WI_USED]` counts every block in use on the worker: chains plus held blocks.
+Blocks live in two kinds of runs, both in the `pc` array (layout.py):
+- **Prefix chains** (rows 0..G-1): for each prefix group g the leading `pc[r, w, g, 0]` blocks of
+  g's shared prefix. A chain used by an in-flight request is pinned (`pc[.., 2]` counts its users);
+  when its last user releases it, it becomes evictable with a fresh LRU stamp (`pc[.., 1]`).
+- **Released runs** (rows G..G+A-1, a FIFO ring): the full blocks unique to one request, kept as
+  evictable cached blocks when it releases them (vLLM hashes every full block, shared or not, and
+  frees a request's blocks into its free queue; REFERENCE section 4). Synthetic unique content can
+  never be hit by another request, so such a run only takes room, with the LRU stamp of its
+  release, until it is evicted; the one exception is a run tagged with its owner slot
+  (`pc[.., 2] >= 0`), left by a preempted request, which that request can hit again when it is
+  readmitted (`reclaim`).
+
+Eviction takes the oldest stamp first, the tail of a run first (vLLM frees a request's blocks in
+reverse order, so its unique tail goes before its prefix): one release stamps its unique run
+before its chain. So partial hits happen, as in Dynamo's block manager. An anonymous run older
+than every evictable chain is freed whole when eviction reaches it: nothing can hit it and all
+that becomes evictable later is newer, so no result changes, and the next allocations find free
+blocks without evicting again. If the ring is full, its two oldest runs merge into one with the
+newer stamp (the older blocks then outlive a few chains they would have preceded);
+`rep_i[r, RI_MERGES]` counts merges, and the host sizes the ring so that a workload of fixed
+lengths never merges. Ring rows are not initialised by the kernel: the buffers are allocated
+zeroed and WI_AH/WI_AN say which rows are live.
+
+`wk_i[r, w, WI_USED]` counts every resident block (pinned, held or evictable) and
+`wk_i[r, w, WI_FREE]` the evictable ones, so a request fits when `need <= capacity - USED + FREE`.
 
 The router learns of chain changes through events (Dynamo's KV store/evict events): with a delay
 d > 0 each change is queued in the ring `ev` and applied to the router's copy `pc[.., 3]` d ms
-later (`deliver`); with d = 0 the copy is updated at once. If the ring is full, its oldest event
-is delivered early (the ring holds 4 events per request slot, more than a replica produces within
-any realistic delay).
+later (`deliver`); with d = 0 the copy is updated at once. If the event ring is full, its oldest
+event is delivered early (the ring holds 4 events per request slot, more than a replica produces
+within any realistic delay).
 """
 
 import numpy as np
 
 from ._ns import Namespace
-from .layout import RI_EVH, RI_EVN, RI_STAMP, WI_USED
+from .layout import RI_EVH, RI_EVN, RI_MERGES, RI_STAMP, WI_AH, WI_AN, WI_FREE, WI_OLDG, WI_USED
 
 
-def build(jit):
+def build(jit, jit_inline=None):
+    jit_inline = jit_inline or jit
 
     @jit
     def overlap(pc, r, w, g, pfx):
@@ -65,78 +82,212 @@ def build(jit):
         ev[r, i, 3] = pc[r, w, g, 0]
         rep_i[r, RI_EVN] += 1
 
+    @jit_inline
+    def stamp(rep_i, r):
+        s = rep_i[r, RI_STAMP] + 1
+        rep_i[r, RI_STAMP] = s
+        return s
+
+    @jit_inline
+    def oldest_chain(pc, wk_i, r, w, n_groups):
+        """The evictable chain with the oldest stamp, or -1. Remembered in WI_OLDG: a chain that
+        becomes evictable is the newest, so the oldest only changes when it is pinned or emptied
+        (then forgotten, and found again by a scan)."""
+        known = np.int64(wk_i[r, w, WI_OLDG])
+        if known > 0:
+            return known - 2
+        best = -1
+        best_stamp = np.int64(0)
+        for g in range(n_groups):
+            if np.int64(pc[r, w, g, 0]) > 0 and np.int64(pc[r, w, g, 2]) == 0:
+                if best < 0 or np.int64(pc[r, w, g, 1]) < best_stamp:
+                    best = g
+                    best_stamp = np.int64(pc[r, w, g, 1])
+        wk_i[r, w, WI_OLDG] = best + 2
+        return best
+
+    @jit_inline
+    def ring_head(pc, wk_i, r, w, n_groups):
+        """Row of the oldest released run still holding blocks (emptied runs are dropped), or -1."""
+        ring = pc.shape[2] - n_groups
+        while np.int64(wk_i[r, w, WI_AN]) > 0:
+            row = n_groups + np.int64(wk_i[r, w, WI_AH])
+            if np.int64(pc[r, w, row, 0]) > 0:
+                return row
+            wk_i[r, w, WI_AH] = (np.int64(wk_i[r, w, WI_AH]) + 1) % ring
+            wk_i[r, w, WI_AN] -= 1
+        return -1
+
     @jit
     def make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, need):
-        """Evict unpinned chain tails, oldest first, until `need` more blocks fit. True if they do;
-        False, with nothing evicted, if they cannot fit even with every unpinned chain gone."""
+        """Evict the oldest evictable blocks, tail first, until `need` more blocks fit. True if they
+        do; False, with nothing evicted, if they cannot fit even with every evictable block gone."""
         short = np.int64(wk_i[r, w, WI_USED]) + need - capacity
         if short <= 0:
             return True
-        evictable = np.int64(0)
-        for g in range(n_groups):
-            if np.int64(pc[r, w, g, 2]) == 0:
-                evictable += np.int64(pc[r, w, g, 0])
-        if evictable < short:
+        if np.int64(wk_i[r, w, WI_FREE]) < short:
             return False
-        while np.int64(wk_i[r, w, WI_USED]) + need > capacity:
-            best = -1
-            best_stamp = np.int64(0)
-            for g in range(n_groups):
-                if np.int64(pc[r, w, g, 0]) > 0 and np.int64(pc[r, w, g, 2]) == 0:
-                    if best < 0 or np.int64(pc[r, w, g, 1]) < best_stamp:
-                        best = g
-                        best_stamp = np.int64(pc[r, w, g, 1])
-            if best < 0:
-                return False
-            short = np.int64(wk_i[r, w, WI_USED]) + need - capacity
-            cut = np.int64(pc[r, w, best, 0])
-            if cut > short:
-                cut = short
-            pc[r, w, best, 0] -= cut
+        g = oldest_chain(pc, wk_i, r, w, n_groups)
+        while short > 0:
+            row = ring_head(pc, wk_i, r, w, n_groups)
+            take_ring = row >= 0 and (g < 0 or np.int64(pc[r, w, row, 1]) < np.int64(pc[r, w, g, 1]))
+            if take_ring:
+                cut = np.int64(pc[r, w, row, 0])
+                if cut > short and np.int64(pc[r, w, row, 2]) >= 0:
+                    cut = short  # a preempted request's own run: its head may still be hit
+                # an anonymous run older than every evictable chain goes whole: nothing can hit
+                # it and every block that becomes evictable later is newer, so freeing its blocks
+                # now is indistinguishable from evicting them one by one later (and saves calls)
+                pc[r, w, row, 0] -= cut
+                if np.int64(pc[r, w, row, 0]) == 0:
+                    ring_head(pc, wk_i, r, w, n_groups)  # drops it
+            else:
+                cut = np.int64(pc[r, w, g, 0])
+                if cut > short:
+                    cut = short
+                pc[r, w, g, 0] -= cut
+                publish(pc, rep_i, ev, delay, r, w, g, now)
+                if np.int64(pc[r, w, g, 0]) == 0:
+                    wk_i[r, w, WI_OLDG] = 0
+                    g = oldest_chain(pc, wk_i, r, w, n_groups)
             wk_i[r, w, WI_USED] -= cut
-            publish(pc, rep_i, ev, delay, r, w, best, now)
+            wk_i[r, w, WI_FREE] -= cut
+            short -= cut
         return True
+
+    @jit_inline
+    def fits(wk_i, r, w, capacity, need):
+        return np.int64(wk_i[r, w, WI_USED]) - np.int64(wk_i[r, w, WI_FREE]) + need <= capacity
+
+    @jit_inline
+    def acquire_need(pc, r, w, g, pfx, held):
+        """Blocks that `acquire` takes out of the free and evictable ones: the request's held
+        blocks and its chain's growth, plus the chain itself if nobody pins it yet."""
+        n = np.int64(pc[r, w, g, 0])
+        if pfx <= 0:
+            return held
+        if np.int64(pc[r, w, g, 2]) > 0:
+            return held + (pfx - n if pfx > n else 0)
+        return held + pfx
 
     @jit
     def acquire(pc, wk_i, rep_i, ev, delay, now, r, w, g, pfx, held, n_groups, capacity):
         """Look up the request's prefix, extend its chain to `pfx` blocks and hold `held` more blocks.
 
         Returns the number of prefix blocks that were already cached, or -1 if the blocks do not
-        fit even after evicting every unpinned chain (nothing is changed then).
+        fit even after evicting every evictable block (nothing is changed then).
         """
         hit = overlap(pc, r, w, g, pfx)
         grow = pfx - np.int64(pc[r, w, g, 0])
         if grow < 0:
             grow = 0
         if pfx > 0:
+            if np.int64(pc[r, w, g, 2]) == 0:
+                # a chain is one LRU unit: pinned for a shorter prefix, its longer tail is freed
+                # (so what a request takes never depends on how long an evictable chain is)
+                tail = np.int64(pc[r, w, g, 0]) - pfx
+                if tail > 0:
+                    pc[r, w, g, 0] = pfx
+                    wk_i[r, w, WI_USED] -= tail
+                    wk_i[r, w, WI_FREE] -= tail
+                    publish(pc, rep_i, ev, delay, r, w, g, now)
+                wk_i[r, w, WI_FREE] -= pc[r, w, g, 0]
+                if np.int64(wk_i[r, w, WI_OLDG]) == g + 2:
+                    wk_i[r, w, WI_OLDG] = 0
             pc[r, w, g, 2] += 1
         if not make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, grow + held):
             if pfx > 0:
                 pc[r, w, g, 2] -= 1
+                if np.int64(pc[r, w, g, 2]) == 0:
+                    wk_i[r, w, WI_FREE] += pc[r, w, g, 0]
+                    wk_i[r, w, WI_OLDG] = 0
             return -1
         # the eviction above may not touch this pinned chain, so `hit` still holds
-        if pfx > 0:
+        if grow > 0:
             pc[r, w, g, 0] += grow
-            rep_i[r, RI_STAMP] += 1
-            pc[r, w, g, 1] = rep_i[r, RI_STAMP]
-            if grow > 0:
-                publish(pc, rep_i, ev, delay, r, w, g, now)
+            publish(pc, rep_i, ev, delay, r, w, g, now)
         wk_i[r, w, WI_USED] += grow + held
         return hit
 
-    @jit
-    def release(pc, wk_i, r, w, g, pfx, held):
-        """The request no longer needs its blocks: unpin its chain (it stays cached), free the rest."""
+    @jit_inline
+    def grow(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, blocks):
+        """Hold `blocks` more blocks (a running sequence crossing block boundaries). True if they fit.
+        The call to make_room is skipped when free blocks suffice (the common case: it costs as
+        much as the rest of a decode pass end)."""
+        if np.int64(wk_i[r, w, WI_USED]) + blocks > capacity and not make_room(
+            pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, blocks
+        ):
+            return False
+        wk_i[r, w, WI_USED] += blocks
+        return True
+
+    @jit_inline
+    def release(pc, wk_i, rep_i, r, w, g, pfx, held, keep, owner, n_groups):
+        """The request no longer needs its blocks: `keep` of its `held` unique blocks stay cached as
+        one released run (tagged with `owner` >= 0 if the request may come back for them), the rest
+        are freed, and its chain is unpinned (it stays cached). Returns the run's ring index, or -1."""
+        pos = np.int64(-1)
+        if keep > 0:
+            ring = pc.shape[2] - n_groups
+            ring_head(pc, wk_i, r, w, n_groups)  # drop runs emptied by reclaims first
+            if np.int64(wk_i[r, w, WI_AN]) == ring:
+                # full: merge the two oldest runs into the second (it has the newer stamp)
+                h = np.int64(wk_i[r, w, WI_AH])
+                h2 = (h + 1) % ring
+                pc[r, w, n_groups + h2, 0] += pc[r, w, n_groups + h, 0]
+                pc[r, w, n_groups + h2, 2] = -1
+                pc[r, w, n_groups + h, 0] = 0
+                wk_i[r, w, WI_AH] = h2
+                wk_i[r, w, WI_AN] -= 1
+                rep_i[r, RI_MERGES] += 1
+            pos = (np.int64(wk_i[r, w, WI_AH]) + np.int64(wk_i[r, w, WI_AN])) % ring
+            row = n_groups + pos
+            pc[r, w, row, 0] = keep
+            pc[r, w, row, 1] = stamp(rep_i, r)
+            pc[r, w, row, 2] = owner
+            wk_i[r, w, WI_AN] += 1
+            wk_i[r, w, WI_FREE] += keep
+        wk_i[r, w, WI_USED] -= held - keep
         if pfx > 0:
             pc[r, w, g, 2] -= 1
-        wk_i[r, w, WI_USED] -= held
+            if np.int64(pc[r, w, g, 2]) == 0:
+                wk_i[r, w, WI_FREE] += pc[r, w, g, 0]
+                pc[r, w, g, 1] = stamp(rep_i, r)
+                if np.int64(wk_i[r, w, WI_OLDG]) == 1 and np.int64(pc[r, w, g, 0]) > 0:
+                    wk_i[r, w, WI_OLDG] = g + 2  # the only evictable chain
+        return pos
+
+    @jit
+    def reclaim(pc, wk_i, r, w, n_groups, pos, owner, usable):
+        """A preempted request is readmitted: the blocks of its released run `pos` still cached.
+        With `usable` they are held again (hits that continue its prefix); otherwise the run stays
+        evictable and loses its tag. Returns the blocks reclaimed."""
+        if pos < 0:
+            return np.int64(0)
+        row = n_groups + pos
+        if np.int64(pc[r, w, row, 2]) != owner:
+            return np.int64(0)
+        pc[r, w, row, 2] = -1
+        n = np.int64(pc[r, w, row, 0])
+        if not usable or n == 0:
+            return np.int64(0)
+        pc[r, w, row, 0] = 0
+        wk_i[r, w, WI_FREE] -= n
+        return n
 
     return Namespace(
         overlap=overlap,
         seen_overlap=seen_overlap,
         deliver=deliver,
         publish=publish,
+        stamp=stamp,
+        oldest_chain=oldest_chain,
+        ring_head=ring_head,
         make_room=make_room,
+        fits=fits,
+        acquire_need=acquire_need,
         acquire=acquire,
+        grow=grow,
         release=release,
+        reclaim=reclaim,
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    DADMIT_REPLAY,
     DIST_FIXED,
     DIST_LOGNORMAL,
     DIST_UNIFORM,
@@ -40,8 +41,11 @@ from .layout import (
     F_SVC,
     F_TAU,
     F_THINK,
+    F_XFER_LAT,
+    F_XFER_TOK,
     FLOW_AGGREGATED,
     FLOW_PREFILL_FIRST,
+    GHOST_NONE,
     OF_ARR,
     OF_DWAIT,
     OF_E2E,
@@ -62,6 +66,7 @@ from .layout import (
     P_B,
     P_BUDGET,
     P_D,
+    P_DADMIT,
     P_DKV,
     P_FLOW,
     P_G,
@@ -88,12 +93,18 @@ from .layout import (
     PROF_DET,
     PROF_EXP,
     PROF_POLY,
+    RESV_ADMIT,
+    RESV_HELD,
+    RESV_PENDING,
     RF_FIRST_ARR,
     RF_LAST_DONE,
+    RI_ADMSEQ,
     RI_DONE_MEAS,
     RI_FREE_TOP,
     RI_INFLIGHT,
+    RI_PREEMPT,
     RI_SEQ,
+    RI_STATUS,
     RNG_F_GRP,
     RNG_F_ISL,
     RNG_F_OSL,
@@ -107,6 +118,7 @@ from .layout import (
     SF_TPF,
     SI_ABP,
     SI_ADMIT,
+    SI_ADMSEQ,
     SI_APT,
     SI_CACHED,
     SI_CHUNK,
@@ -115,6 +127,7 @@ from .layout import (
     SI_DW,
     SI_FRESH,
     SI_GEN,
+    SI_GHOST,
     SI_GRP,
     SI_ISL,
     SI_KCOUNT,
@@ -123,18 +136,22 @@ from .layout import (
     SI_OSL,
     SI_PFX,
     SI_PW,
+    SI_RECOMP,
     SI_RESERVE,
+    SI_RESV,
     SI_SEQ,
     SI_STATE,
     ST_DECODE_Q,
     ST_FREE,
     ST_PREFILL,
     ST_RUNNING,
+    STATUS_OVERCAP,
     WF_BUSY,
     WF_T0,
     WF_WAKE,
     WI_AB,
     WI_APT,
+    WI_FREE,
     WI_MIXED,
     WI_NRUN,
     WI_QH,
@@ -142,6 +159,7 @@ from .layout import (
     WI_SEG_M,
     WI_SEG_N,
     WI_SEG_X0,
+    WI_USED,
 )
 
 INF = math.inf
@@ -158,6 +176,10 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
     cache_seen_overlap = cache.seen_overlap
     cache_deliver = cache.deliver
     cache_release = cache.release
+    cache_fits = cache.fits
+    cache_acquire_need = cache.acquire_need
+    cache_reclaim = cache.reclaim
+    cache_grow = cache.grow
     router_cand_blocks = router.cand_blocks
     router_cand_tokens = router.cand_tokens
     router_choose = router.choose
@@ -207,6 +229,18 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
 
     @jit
+    def q_remove(queue, wk_i, r, row, i, qcap):
+        """Remove entry i of the ring (0: the head), keeping the order of the others."""
+        h = np.int64(wk_i[r, row, WI_QH])
+        n = np.int64(wk_i[r, row, WI_QN])
+        if i == 0:
+            wk_i[r, row, WI_QH] = (h + 1) % qcap
+        else:
+            for j in range(i, n - 1):
+                queue[r, row, (h + j) % qcap] = queue[r, row, (h + j + 1) % qcap]
+        wk_i[r, row, WI_QN] = n - 1
+
+    @jit
     def q_pop(queue, wk_i, r, row, qcap):
         s = np.int64(queue[r, row, wk_i[r, row, WI_QH]])
         wk_i[r, row, WI_QH] = (np.int64(wk_i[r, row, WI_QH]) + 1) % qcap
@@ -219,6 +253,19 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         t = np.float64(tokens)
         return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
 
+    @jit_inline
+    def pass_prefill_ms(fp, sum_p, sum_pc, n):
+        """Prefill part of a pass whose n requests with prompt tokens had sum_p tokens computed or
+        cached before it and sum_pc after: T = n (floor(sum_pc / n) - floor(sum_p / n)), the
+        replay's integer means (Dynamo 1.6.1, checked against a pass of three requests with
+        uneven prefixes: bench/NOTES.md), and no time when T = 0."""
+        if n <= 0:
+            return 0.0
+        tokens = n * (sum_pc // n - sum_p // n)
+        if tokens <= 0:
+            return 0.0
+        return prefill_span(fp, tokens)
+
     @jit
     def step_ms(fp, x, cap):
         u = x / cap
@@ -226,9 +273,9 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             u = 1.0
         return fp[F_D2] * u * u + fp[F_D1] * u + fp[F_D0]
 
-    @jit
-    def decode_span(fp, x0, n, k, cap):
-        """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1)."""
+    @jit_inline
+    def quadratic_span(fp, x0, n, k, cap):
+        """Sum of the step polynomial over the contexts x0, x0 + n, ..., x0 + n(k-1), unclamped."""
         kf = np.float64(k)
         xf = np.float64(x0)
         nf = np.float64(n)
@@ -238,11 +285,31 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         m2 = kf * xf * xf + 2.0 * xf * nf * s1 + nf * nf * s2
         return fp[F_D2] * m2 / (cap * cap) + fp[F_D1] * m1 / cap + fp[F_D0] * kf
 
+    @jit
+    def clamped_span(fp, x0, n, k, cap):
+        """decode_span past the capacity: the steps whose context exceeds it run at u = 1."""
+        below = np.int64(0)
+        if np.float64(x0) <= cap:
+            below = k if n <= 0 else np.int64(math.floor((cap - np.float64(x0)) / np.float64(n))) + 1
+        if below > k:
+            below = k
+        full = fp[F_D2] + fp[F_D1] + fp[F_D0]
+        return quadratic_span(fp, x0, n, below, cap) + full * np.float64(k - below)
+
+    @jit_inline
+    def decode_span(fp, x0, n, k, cap):
+        """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1). Steps whose
+        context exceeds the capacity run at u = 1 (the mocker's min(1, u)): sequences that share
+        prefix blocks can hold more context than the worker has blocks for (a rare, cold path)."""
+        if np.float64(x0 + n * (k - 1)) > cap:
+            return clamped_span(fp, x0, n, k, cap)
+        return quadratic_span(fp, x0, n, k, cap)
+
     # ---------------------------------------------------------------- decode workers
     @jit_inline
     def truncate(ip, fp, wk_i, wk_f, r, d, t_ready):
-        """A request becomes ready at t_ready on decode worker d: end its segment at the first step
-        boundary at or after t_ready, so the request joins the pass that starts there."""
+        """Something happens at t_ready on decode worker d (a request becomes ready, or waits for a
+        pass boundary): end its segment at the first step boundary at or after t_ready."""
         busy = wk_f[r, d, WF_BUSY]
         if busy == INF:
             if t_ready < wk_f[r, d, WF_WAKE]:
@@ -266,47 +333,346 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         wk_f[r, d, WF_BUSY] = t0 + decode_span(fp, x0, n, lo, cap)
 
     @jit_inline
-    def hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t_ready):
+    def hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t_ready, resv):
+        """Queue request s on decode worker d. resv = RESV_PENDING (prefill_first: the worker
+        reserves its blocks at its next pass boundary, then the KV transfer starts) or RESV_ADMIT
+        (its blocks are taken at admission; ready at t_ready)."""
         slot_i[r, s, SI_DW] = d
         slot_i[r, s, SI_STATE] = ST_DECODE_Q
+        slot_i[r, s, SI_RESV] = resv
         slot_f[r, s, SF_READY] = t_ready
         q_push(queue, wk_i, r, d, s, ip[P_Q])
         truncate(ip, fp, wk_i, wk_f, r, d, t_ready)
 
     @jit_inline
-    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
+    def held_blocks(slot_i, r, s):
+        """Blocks request s holds on its decode worker: its share of its group's prefix chain
+        (every flow shares it: Dynamo's replay pins a transfer's resident prefix blocks when it
+        reserves) and its own blocks."""
+        return np.int64(slot_i[r, s, SI_PFX]) + np.int64(slot_i[r, s, SI_RESERVE])
+
+    @jit_inline
+    def step_extra(ip, slot_i, run, r, d, nrun, bs, j):
+        """Blocks the decoding sequences of d add by their j-th next step (0: the next one): step
+        k of a request computes context isl + k - 1, so it needs ceil((isl + gen + j) / B) blocks."""
+        extra = np.int64(0)
+        for i in range(nrun):
+            s = np.int64(run[r, d, i])
+            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
+                ctx = np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN]) + j
+                held = held_blocks(slot_i, r, s)
+                if ctx > held * bs:
+                    extra += (ctx + bs - 1) // bs - held
+        return extra
+
+    @jit_inline
+    def fits_with_spare(ip, slot_i, wk_i, run, r, d, need, nspare):
+        """`need` more blocks fit on d while the next step of its first `nspare` running requests
+        still gets its blocks. Each of those adds at most one block per step, so the exact sum
+        (a scan of the running set) is only needed between the two bounds."""
+        avail = ip[P_DKV] - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
+        if need + nspare <= avail:
+            return True
+        if need > avail:
+            return False
+        return need + step_extra(ip, slot_i, run, r, d, nspare, ip[P_B], np.int64(0)) <= avail
+
+    @jit_inline
+    def computed_tokens(slot_i, r, s):
+        """Tokens whose KV request s has computed on its worker (the last sampled token is not)."""
+        if np.int64(slot_i[r, s, SI_DONE]) < np.int64(slot_i[r, s, SI_NEED]):
+            return (
+                np.int64(slot_i[r, s, SI_ISL])
+                + np.int64(slot_i[r, s, SI_RECOMP])
+                - np.int64(slot_i[r, s, SI_NEED])
+                + np.int64(slot_i[r, s, SI_DONE])
+            )
+        gen = np.int64(slot_i[r, s, SI_GEN])
+        return np.int64(slot_i[r, s, SI_ISL]) + (gen - 1 if gen > 1 else 0)
+
+    @jit_inline
+    def kept_blocks(ip, slot_i, r, s, computed, bs):
+        """Of a request's own blocks, the full computed ones that stay cached when it lets go."""
+        keep = computed // bs - np.int64(slot_i[r, s, SI_PFX])
+        if keep < 0:
+            keep = 0
+        if keep > np.int64(slot_i[r, s, SI_RESERVE]):
+            keep = np.int64(slot_i[r, s, SI_RESERVE])
+        return keep
+
+    @jit
+    def preempt(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d, i):
+        """vLLM's recompute preemption of running[i]: its full computed blocks stay cached (a run it
+        may hit again), the rest are freed, and it goes back to the front of the waiting queue to
+        recompute its prompt and the output it has so far."""
+        bs = ip[P_B]
+        s = np.int64(run[r, d, i])
+        last = np.int64(wk_i[r, d, WI_NRUN]) - 1
+        run[r, d, i] = run[r, d, last]
+        wk_i[r, d, WI_NRUN] = last
+        keep = kept_blocks(ip, slot_i, r, s, computed_tokens(slot_i, r, s), bs)
+        g = np.int64(slot_i[r, s, SI_GRP])
+        pos = cache_release(
+            pc, wk_i, rep_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]), keep, s,
+            ip[P_G],
+        )  # fmt: skip
+        slot_i[r, s, SI_GHOST] = pos if pos >= 0 else np.int64(GHOST_NONE)
+        slot_i[r, s, SI_RESERVE] = 0
+        slot_i[r, s, SI_RECOMP] = slot_i[r, s, SI_GEN]
+        slot_i[r, s, SI_CHUNK] = 0
+        slot_i[r, s, SI_STATE] = ST_DECODE_Q
+        slot_i[r, s, SI_RESV] = RESV_ADMIT
+        # front of the waiting queue (vLLM's prepend): step the head back one place
+        qcap = ip[P_Q]
+        h = (np.int64(wk_i[r, d, WI_QH]) + qcap - 1) % qcap
+        queue[r, d, h] = s
+        wk_i[r, d, WI_QH] = h
+        wk_i[r, d, WI_QN] += 1
+        rep_i[r, RI_PREEMPT] += 1
+
+    @jit_inline
+    def reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nspare):
+        """prefill_first, at a pass boundary of decode worker d: reserve the prompt blocks of the
+        oldest transfer waiting for them (its resident prefix shared), if they fit in the free and
+        evictable blocks (with room for the next step of the first `nspare` running requests) and
+        fewer than max_seqs requests run; its KV transfer
+        starts now. As in
+        Dynamo's replay, one reservation per boundary, except that a reservation whose transfer
+        takes no time is activated at once, which lets the next one reserve at the same instant.
+        Returns (earliest ready time among those reserved, 1 if a later transfer still waits for
+        a boundary to reserve at, 0 otherwise)."""
         qcap = ip[P_Q]
         bs = ip[P_B]
-        flow = ip[P_FLOW]
-        wk_f[r, d, WF_WAKE] = INF
-        admitted_from = np.int64(wk_i[r, d, WI_NRUN])
-        # FCFS admission while blocks and sequence slots last
-        while np.int64(wk_i[r, d, WI_QN]) > 0:
-            s = q_at(queue, wk_i, r, d, np.int64(0), qcap)
-            if slot_f[r, s, SF_READY] > t:
-                wk_f[r, d, WF_WAKE] = slot_f[r, s, SF_READY]
-                break
+        first_ready = INF
+        for i in range(np.int64(wk_i[r, d, WI_QN])):
+            s = q_at(queue, wk_i, r, d, np.int64(i), qcap)
+            if np.int64(slot_i[r, s, SI_RESV]) != RESV_PENDING:
+                continue
+            if first_ready < INF and first_ready > t:
+                return first_ready, np.int64(1)
             if np.int64(wk_i[r, d, WI_NRUN]) >= ip[P_MAXSEQ]:
                 break
-            total = (np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_OSL]) + bs - 1) // bs
-            pfx = np.int64(0)
-            if flow != FLOW_PREFILL_FIRST:
-                pfx = np.int64(slot_i[r, s, SI_PFX])
-            held = total - pfx
+            isl = np.int64(slot_i[r, s, SI_ISL])
+            pfx = np.int64(slot_i[r, s, SI_PFX])
+            pblk = (isl + bs - 1) // bs
             g = np.int64(slot_i[r, s, SI_GRP])
-            if cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, held, ip[P_G], ip[P_DKV]) < 0:
+            if not fits_with_spare(
+                ip, slot_i, wk_i, run, r, d, cache_acquire_need(pc, r, d, g, pfx, pblk - pfx), nspare
+            ):
                 break
-            q_pop(queue, wk_i, r, d, qcap)
-            slot_i[r, s, SI_RESERVE] = held
-            slot_i[r, s, SI_STATE] = ST_RUNNING
-            slot_i[r, s, SI_FRESH] = 1
-            slot_f[r, s, SF_ADM] = t
-            if np.int64(slot_i[r, s, SI_DONE]) < np.int64(slot_i[r, s, SI_NEED]) and slot_f[r, s, SF_TPF] < 0.0:
-                slot_f[r, s, SF_TPF] = t
-            run[r, d, wk_i[r, d, WI_NRUN]] = s
-            wk_i[r, d, WI_NRUN] += 1
+            if cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, pblk - pfx, ip[P_G], ip[P_DKV]) < 0:
+                break
+            slot_i[r, s, SI_RESERVE] = pblk - pfx
+            slot_i[r, s, SI_RESV] = RESV_HELD
+            ready = t
+            if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
+                ready = t + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
+            slot_f[r, s, SF_READY] = ready
+            if ready < first_ready:
+                first_ready = ready
+        return first_ready, np.int64(0)
+
+    @jit
+    def admit(ip, fp, slot_i, wk_i, pc, ev, run, rep_i, r, d, s, t, nspare):
+        """Take the blocks of request s at admission (vLLM's test: the blocks it needs beyond those
+        running requests already pin must fit in the free and evictable ones, with room for the next
+        step of the first `nspare` running requests). A
+        preempted request hits what is left of its own blocks. False if they do not fit."""
+        bs = ip[P_B]
+        ng = ip[P_G]
+        isl = np.int64(slot_i[r, s, SI_ISL])
+        recomp = np.int64(slot_i[r, s, SI_RECOMP])
+        length = isl + recomp
+        total = (length + bs - 1) // bs
+        pfx = np.int64(slot_i[r, s, SI_PFX])
+        g = np.int64(slot_i[r, s, SI_GRP])
+        if not fits_with_spare(ip, slot_i, wk_i, run, r, d, cache_acquire_need(pc, r, d, g, pfx, total - pfx), nspare):
+            return False
+        preempted = np.int64(slot_i[r, s, SI_GHOST]) != -1
+        own = np.int64(0)
+        if preempted:
+            usable = cache_overlap(pc, r, d, g, pfx) == pfx
+            own = cache_reclaim(pc, wk_i, r, d, ng, np.int64(slot_i[r, s, SI_GHOST]), s, usable)
+            slot_i[r, s, SI_GHOST] = -1
+        hit = cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, total - pfx - own, ng, ip[P_DKV])
+        if hit < 0:
+            rep_i[r, RI_STATUS] = STATUS_OVERCAP  # the test above said it fits
+            return False
+        slot_i[r, s, SI_RESERVE] = total - pfx
+        if preempted:
+            cached = hit + (own if hit == pfx else 0)
+            top = (length - 1) // bs  # vLLM recomputes at least the last token
+            if cached > top:
+                cached = top
+            slot_i[r, s, SI_NEED] = length - cached * bs
+            slot_i[r, s, SI_DONE] = 0
+        elif ip[P_FLOW] == FLOW_AGGREGATED:
+            # an aggregated worker looks the prefix up when it admits the request, not when routed
+            slot_i[r, s, SI_CACHED] = hit
+            slot_i[r, s, SI_NEED] = isl - hit * bs
+        return True
+
+    @jit_inline
+    def start_running(slot_i, slot_f, wk_i, queue, run, rep_i, r, d, i, s, t, qcap):
+        q_remove(queue, wk_i, r, d, i, qcap)
+        slot_i[r, s, SI_STATE] = ST_RUNNING
+        slot_i[r, s, SI_ADMSEQ] = rep_i[r, RI_ADMSEQ]
+        rep_i[r, RI_ADMSEQ] += 1
+        slot_f[r, s, SF_ADM] = t
+        if np.int64(slot_i[r, s, SI_DONE]) < np.int64(slot_i[r, s, SI_NEED]) and slot_f[r, s, SF_TPF] < 0.0:
+            slot_f[r, s, SF_TPF] = t
+        run[r, d, wk_i[r, d, WI_NRUN]] = s
+        wk_i[r, d, WI_NRUN] += 1
+
+    @jit_inline
+    def admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t, nspare):
+        """Admission of waiting requests while sequence slots last (never in a pass that
+        preempted). The waiting requests are the queue in order, preempted ones at its front;
+        reserved transfers still under way are not waiting yet. A transfer whose KV has arrived
+        owns its blocks; the others (preempted requests; every request in decode_first and
+        aggregated) take theirs now, while they fit with room left for the next step of the first
+        `nspare` running requests (vLLM schedules those first), and the first that does not fit stops them.
+        P_DADMIT picks who goes first (layout.py):
+        - DADMIT_FCFS (vLLM): queue order; an arrived transfer is not held up by a preempted
+          request that cannot fit yet (its blocks are its own: this keeps a worker that runs
+          nothing from waiting on itself).
+        - DADMIT_REPLAY (Dynamo 1.6.1's replay): while a transfer still waits to reserve blocks
+          on d, only arrived transfers are admitted; preempted requests wait for none to be left.
+          Under sustained pressure this starves them until the load stops (the replay drains at
+          its end; see docs/engine.md).
+        Returns the earliest time a queued request becomes ready (INF if none)."""
+        qcap = ip[P_Q]
+        bs = ip[P_B]
+        replay = ip[P_DADMIT] == DADMIT_REPLAY
+        next_ready = INF
+        pending = False
+        if replay:
+            for i in range(np.int64(wk_i[r, d, WI_QN])):
+                if np.int64(slot_i[r, q_at(queue, wk_i, r, d, np.int64(i), qcap), SI_RESV]) == RESV_PENDING:
+                    pending = True
+                    break
+        blocked = False
+        i = 0
+        while i < np.int64(wk_i[r, d, WI_QN]) and np.int64(wk_i[r, d, WI_NRUN]) < ip[P_MAXSEQ]:
+            s = q_at(queue, wk_i, r, d, np.int64(i), qcap)
+            resv = np.int64(slot_i[r, s, SI_RESV])
+            if resv == RESV_PENDING:
+                i += 1
+                continue
+            if slot_f[r, s, SF_READY] > t:
+                if slot_f[r, s, SF_READY] < next_ready:
+                    next_ready = slot_f[r, s, SF_READY]
+                if resv == RESV_HELD:
+                    i += 1
+                    continue
+                break  # decode_first: its transfer runs; FCFS
+            if resv == RESV_HELD:
+                if blocked and replay:
+                    break
+                # the KV has arrived: the prefill worker lets go of its copy
+                pw = np.int64(slot_i[r, s, SI_PW])
+                isl = np.int64(slot_i[r, s, SI_ISL])
+                pfx = np.int64(slot_i[r, s, SI_PFX])
+                cache_release(
+                    pc, wk_i, rep_i, r, pw, np.int64(slot_i[r, s, SI_GRP]), pfx, (isl + bs - 1) // bs - pfx,
+                    isl // bs - pfx, np.int64(-1), ip[P_G],
+                )  # fmt: skip
+                slot_i[r, s, SI_RESV] = RESV_ADMIT
+            elif pending or blocked:
+                i += 1
+                continue
+            elif not admit(ip, fp, slot_i, wk_i, pc, ev, run, rep_i, r, d, s, t, nspare):
+                blocked = True
+                i += 1
+                continue
+            start_running(slot_i, slot_f, wk_i, queue, run, rep_i, r, d, np.int64(i), s, t, qcap)
+        return next_ready
+
+    @jit
+    def settle(ip, fp, slot_i, wk_i, wk_f, pc, ev, run, rep_i, r, d, t):
+        """Decode worker d is in a segment at t: hold now the blocks of the steps that have started
+        by t (vLLM allocates a step's blocks when it schedules it), evicting for them, so that a
+        reader of d's cache sees what a step-by-step run would. decode_end then adds the rest."""
+        if wk_f[r, d, WF_BUSY] == INF or np.int64(wk_i[r, d, WI_MIXED]) == 1:
+            return
+        t0 = wk_f[r, d, WF_T0]
+        x0 = np.int64(wk_i[r, d, WI_SEG_X0])
+        n = np.int64(wk_i[r, d, WI_SEG_N])
+        cap = np.float64(ip[P_DKV] * ip[P_B])
+        # steps started: the largest j in [1, M] whose step j - 1 starts at or before t
+        lo = np.int64(1)
+        hi = np.int64(wk_i[r, d, WI_SEG_M])
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if t0 + decode_span(fp, x0, n, mid - 1, cap) <= t:
+                lo = mid
+            else:
+                hi = mid - 1
+        bs = ip[P_B]
+        growth = np.int64(0)
+        for i in range(np.int64(wk_i[r, d, WI_NRUN])):
+            s = np.int64(run[r, d, i])
+            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
+                ctx = np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN]) + lo - 1
+                own = (ctx + bs - 1) // bs - np.int64(slot_i[r, s, SI_PFX])
+                if own > np.int64(slot_i[r, s, SI_RESERVE]):
+                    growth += own - np.int64(slot_i[r, s, SI_RESERVE])
+                    slot_i[r, s, SI_RESERVE] = own
+        if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
+            rep_i[r, RI_STATUS] = STATUS_OVERCAP
+
+    @jit_inline
+    def waiting_for_blocks(ip, slot_i, wk_i, queue, r, d):
+        """True if a request that takes its blocks at admission (a preempted one) waits on d."""
+        qcap = ip[P_Q]
+        for i in range(np.int64(wk_i[r, d, WI_QN])):
+            if np.int64(slot_i[r, q_at(queue, wk_i, r, d, np.int64(i), qcap), SI_RESV]) == RESV_ADMIT:
+                return True
+        return False
+
+    @jit_inline
+    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
+        bs = ip[P_B]
+        prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
+        kv_cap = ip[P_DKV]
+        wk_f[r, d, WF_WAKE] = INF
+        replay = ip[P_DADMIT] == DADMIT_REPLAY
+        first_ready = INF
+        more = np.int64(0)
+        if prefill_first and replay:
+            # the replay's pass boundary first hands blocks to a waiting transfer, keeping no room
+            # for the running requests' growth (they may be preempted for it)
+            first_ready, more = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, np.int64(0))
+        # running requests next: the next step must get its blocks, else the newest is preempted
+        # (each adds at most a block per step, so with that much room nothing is scanned)
+        preempted = False
+        nrun = np.int64(wk_i[r, d, WI_NRUN])
+        avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
+        if nrun > avail:
+            extra = step_extra(ip, slot_i, run, r, d, nrun, bs, np.int64(0))
+            while extra > 0 and not cache_fits(wk_i, r, d, kv_cap, extra):
+                newest = 0
+                for i in range(1, nrun):
+                    if np.int64(slot_i[r, run[r, d, i], SI_ADMSEQ]) > np.int64(slot_i[r, run[r, d, newest], SI_ADMSEQ]):
+                        newest = i
+                preempt(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d, newest)
+                preempted = True
+                nrun -= 1
+                extra = step_extra(ip, slot_i, run, r, d, nrun, bs, np.int64(0))
+        admitted_from = nrun
+        if prefill_first and not replay and not waiting_for_blocks(ip, slot_i, wk_i, queue, r, d):
+            # vLLM: blocks go to the waiting (preempted) requests first, then to a transfer,
+            # leaving room for the running requests' next step
+            first_ready, more = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nrun)
+        if not preempted:
+            nxt = admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t, nrun)
+            if nxt < first_ready:
+                first_ready = nxt
+        if np.int64(wk_i[r, d, WI_USED]) > kv_cap:
+            rep_i[r, RI_STATUS] = STATUS_OVERCAP
         nrun = np.int64(wk_i[r, d, WI_NRUN])
         if nrun == 0:
+            wk_f[r, d, WF_WAKE] = first_ready
             return
         n_dec = 0
         n_wait = 0
@@ -326,8 +692,10 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
         n_pre = 0
+        n_tok = np.int64(0)
+        x_done = np.int64(0)
         svc = 0.0
-        # chunks are 0 outside passes, so the chunk scan is only needed when a local prefill waits
+        # chunks are 0 outside passes, so the chunk scan is only needed when a prefill waits
         for i in range(nrun if n_wait > 0 else 0):
             s = np.int64(run[r, d, i])
             slot_i[r, s, SI_CHUNK] = 0
@@ -336,33 +704,57 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 chunk = rem if rem < budget else budget
                 budget -= chunk
                 slot_i[r, s, SI_CHUNK] = chunk
-                before = (
-                    np.int64(slot_i[r, s, SI_ISL]) - np.int64(slot_i[r, s, SI_NEED]) + np.int64(slot_i[r, s, SI_DONE])
-                )
-                sum_p += before
-                sum_pc += before + chunk
+                isl = np.int64(slot_i[r, s, SI_ISL])
+                before = computed_tokens(slot_i, r, s)
+                # recomputed output tokens take budget but no prefill time (the mocker counts
+                # prompt tokens only)
+                a = before if before < isl else isl
+                b = before + chunk if before + chunk < isl else isl
+                if b > a:
+                    sum_p += a
+                    sum_pc += b
+                    n_tok += 1
                 svc += slot_f[r, s, SF_SVC]
                 n_pre += 1
+                if chunk == rem:
+                    x_done += isl + np.int64(slot_i[r, s, SI_RECOMP])
         if n_dec == 0 and n_pre == 0:
             return
-        cap = np.float64(ip[P_DKV] * bs)
+        cap = np.float64(kv_cap * bs)
         wk_f[r, d, WF_T0] = t
         wk_i[r, d, WI_SEG_N] = n_dec
         wk_i[r, d, WI_SEG_X0] = x0
         if n_pre > 0:
-            if ip[P_PROF] == PROF_POLY:
-                dur = prefill_span(fp, bs * (sum_pc // bs - sum_p // bs))
+            dur = 0.0
+            if prefill_first:
+                dur = 0.0  # a disaggregated decode worker is charged no prefill time (the mocker's rule)
+            elif ip[P_PROF] == PROF_POLY:
+                dur = pass_prefill_ms(fp, sum_p, sum_pc, n_tok)
             else:
                 dur = svc
-            if n_dec > 0:
-                dur += step_ms(fp, np.float64(x0), cap)
+            if n_dec > 0 or x_done > 0:
+                dur += step_ms(fp, np.float64(x0 + x_done), cap)
             wk_i[r, d, WI_MIXED] = 1
             wk_i[r, d, WI_SEG_M] = 1
             first = t + dur
         else:
             wk_i[r, d, WI_MIXED] = 0
-            if ip[P_NAIVE] == 1:
-                m = 1
+            if ip[P_NAIVE] == 1 or preempted or more == 1:
+                m = 1  # the next boundary admits (none in a pass that preempted) or reserves
+            # blocks bound the segment too: it ends before the first step that cannot get its
+            # blocks (there the newest request is preempted), a cheap bound first
+            avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
+            if m > 1 and n_dec * (m // bs + 2) > avail:
+                lo = np.int64(1)
+                hi = m
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if step_extra(ip, slot_i, run, r, d, nrun, bs, mid - 1) <= avail:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                m = lo
+            if m == 1:
                 dur = step_ms(fp, np.float64(x0), cap)
             else:
                 dur = decode_span(fp, np.int64(x0), np.int64(n_dec), np.int64(m), cap)
@@ -378,6 +770,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 slot_i[r, s, SI_FRESH] = 0
                 slot_f[r, s, SF_FIRST] = first
         wk_f[r, d, WF_BUSY] = t + dur
+        if first_ready > t and first_ready < INF:
+            truncate(ip, fp, wk_i, wk_f, r, d, first_ready)
 
     # ---------------------------------------------------------------- arrivals and completions
     @jit_inline
@@ -426,6 +820,9 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         slot_i[r, s, SI_ADMIT] = 0
         slot_i[r, s, SI_RESERVE] = 0
         slot_i[r, s, SI_FRESH] = 1
+        slot_i[r, s, SI_RECOMP] = 0
+        slot_i[r, s, SI_GHOST] = -1
+        slot_i[r, s, SI_RESV] = RESV_ADMIT
         meas = seq - ip[P_WARM]
         if meas < 0 or meas >= ip[P_N]:
             meas = -1
@@ -458,15 +855,19 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             cand[r, meas, i, 1] = router_cand_blocks(wk_i, pc, r, lo + i, g, pfx, pblk)
 
     @jit_inline
-    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t):
+    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, out_i, cand, r, key, s, t):
         """The router's decision for a new request (REFERENCE section 3): a prefill worker in
         prefill_first, a decode worker otherwise."""
-        if fp[F_EVDELAY] > 0.0:
-            cache_deliver(pc, rep_i, ev, r, t)
         n_p = ip[P_NP]
         n_d = ip[P_ND]
         bs = ip[P_B]
         prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
+        if not prefill_first:
+            # the decode workers' caches are read now: give them the blocks their steps took so far
+            for w in range(n_p, n_p + n_d):
+                settle(ip, fp, slot_i, wk_i, wk_f, pc, ev, run, rep_i, r, w, t)
+        if fp[F_EVDELAY] > 0.0:
+            cache_deliver(pc, rep_i, ev, r, t)
         policy = ip[P_POLICY]
         g = np.int64(slot_i[r, s, SI_GRP])
         pfx = np.int64(slot_i[r, s, SI_PFX])
@@ -502,7 +903,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         slot_i[r, s, SI_NEED] = need
         shared = n_p + n_d
         if ip[P_FLOW] == FLOW_AGGREGATED or need <= ip[P_MAXLOCAL] or np.int64(wk_i[r, shared, WI_QN]) >= 2:
-            hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, w, t)
+            hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, w, t, np.int64(RESV_ADMIT))
         else:
             slot_i[r, s, SI_DW] = w
             q_push(queue, wk_i, r, shared, s, ip[P_Q])
@@ -516,11 +917,15 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         isl = np.int64(slot_i[r, s, SI_ISL])
         osl = np.int64(slot_i[r, s, SI_OSL])
         pblk = (isl + bs - 1) // bs
+        # every full block it computed stays cached (the last sampled token has no KV)
+        keep = kept_blocks(ip, slot_i, r, s, isl + osl - 1, bs)
+        cache_release(
+            pc, wk_i, rep_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]), keep,
+            np.int64(-1), ip[P_G],
+        )  # fmt: skip
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
-            cache_release(pc, wk_i, r, d, g, np.int64(0), np.int64(slot_i[r, s, SI_RESERVE]))
             wk_i[r, d, WI_AB] -= pblk
         else:
-            cache_release(pc, wk_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]))
             wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
         meas = np.int64(slot_i[r, s, SI_MEAS])
         if meas >= 0:
@@ -567,12 +972,28 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         q_push=q_push,
         q_at=q_at,
         q_pop=q_pop,
+        q_remove=q_remove,
         prefill_span=prefill_span,
+        pass_prefill_ms=pass_prefill_ms,
         step_ms=step_ms,
+        quadratic_span=quadratic_span,
+        clamped_span=clamped_span,
         decode_span=decode_span,
         truncate=truncate,
         hand_to_decode=hand_to_decode,
         plan_decode=plan_decode,
+        held_blocks=held_blocks,
+        step_extra=step_extra,
+        computed_tokens=computed_tokens,
+        kept_blocks=kept_blocks,
+        preempt=preempt,
+        reserve=reserve,
+        admit=admit,
+        admit_queue=admit_queue,
+        fits_with_spare=fits_with_spare,
+        waiting_for_blocks=waiting_for_blocks,
+        settle=settle,
+        start_running=start_running,
         new_request=new_request,
         route=route,
         finish=finish,

@@ -15,8 +15,11 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
   wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
   wk_f  float64 (R, W + 1, NWF) per worker times, indices WF_*
-  pc    int32 (R, W, G, 4)      prefix cache: chain length (blocks), LRU stamp, pin count, and the
-                                chain length the router has been told of (lags by the event delay)
+  pc    int32 (R, W, G + A, 4)  prefix cache (kernels/cache.py). Rows g < G, prefix chains: length
+                                (blocks), LRU stamp, pin count, and the length the router has been
+                                told of (lags by the event delay). Rows G..G+A-1, a FIFO ring of
+                                released runs of unique blocks: blocks, LRU stamp, owner slot (-1
+                                none; a preempted request's own run), unused
   ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
   queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue,
                                 row W + 1 the stack of free slots (open loop)
@@ -66,7 +69,12 @@ P_NAIVE = 30  # 1: step decode one step per event (reference for the closed form
 P_H = 31  # heap capacity
 P_MAXEVENTS = 32  # safety valve: events per replica
 P_RBASE = 33  # global index of the first replica in this batch (random key)
-NP_I = 34
+P_DADMIT = 34  # DADMIT_*: who a decode worker admits first (see kernels/cluster.py: admit_queue)
+P_DRAIN = 35  # 1: no arrivals after the measured requests (a finite run, as a replay)
+NP_I = 36
+
+DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
+DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
 
 FLOW_PREFILL_FIRST = 0
 FLOW_DECODE_FIRST = 1
@@ -132,12 +140,24 @@ SI_ADMIT = 17  # 1 once admitted to a prefill pass (cache looked up, blocks held
 SI_MEAS = 18  # output row, -1 if not measured
 SI_FRESH = 19  # 1 until its first decode step has run
 SI_KCOUNT = 20  # closed loop: requests this client has sent (slot = client)
-NSI = 21
+SI_RECOMP = 21  # output tokens a preempted request recomputes with its prompt (0 otherwise)
+SI_GHOST = 22  # preempted: ring index of the run it left on its decode worker (GHOST_NONE: none); -1 never preempted
+SI_ADMSEQ = 23  # admission order on its decode worker (RI_ADMSEQ when admitted)
+SI_RESV = 24  # prefill_first: 1 once its blocks are reserved on the decode worker (transfer started)
+NSI = 25
+
+RESV_ADMIT = 0  # decode blocks are taken at admission
+RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks
+RESV_HELD = 2  # prefill_first: blocks reserved, KV transfer under way or done
+
+GHOST_NONE = -2  # SI_GHOST of a preempted request that left no cached run
+
+STATUS_OVERCAP = 4  # rep_i[RI_STATUS]: a worker held more blocks than it has (an engine bug)
 
 ST_FREE = 0
 ST_PREFILL = 1  # in a prefill worker's or the shared queue
 ST_DECODE_Q = 2  # waiting on a decode worker
-ST_RUNNING = 3  # admitted on a decode worker
+ST_RUNNING = 3  # admitted on a decode worker (ST_DECODE_Q again if preempted)
 
 # ---- per-slot floats ----
 SF_ARR = 0
@@ -160,7 +180,11 @@ WI_SEG_N = 7  # decoding sequences in the current decode segment
 WI_SEG_X0 = 8  # summed context at the segment's first step
 WI_SEG_M = 9  # steps in the segment
 WI_MIXED = 10  # 1 if the current decode-worker pass holds prefill chunks
-NWI = 11
+WI_AH = 11  # released-run ring: head index
+WI_AN = 12  # released-run ring: runs
+WI_FREE = 13  # evictable blocks (released runs + unpinned chains), part of WI_USED
+WI_OLDG = 14  # cache.py: 0 unknown, 1 no evictable chain, g + 2: chain g is the oldest evictable one
+NWI = 15
 
 # ---- per-worker floats ----
 WF_BUSY = 0  # end of the current pass, +inf when idle
@@ -182,7 +206,10 @@ RI_NOPEN = 9  # open loop: requests generated
 RI_INFLIGHT = 10
 RI_EVH = 11  # router event ring: head
 RI_EVN = 12  # router event ring: length
-NRI = 13
+RI_MERGES = 13  # released-run ring merges (cache.py)
+RI_PREEMPT = 14  # decode preemptions
+RI_ADMSEQ = 15  # decode admissions so far (admission order, for the newest-first preemption)
+NRI = 16
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

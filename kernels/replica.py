@@ -8,6 +8,7 @@ from ._ns import Namespace
 from .layout import (
     F_EVDELAY,
     F_RATE,
+    F_TAU,
     F_XFER_LAT,
     F_XFER_TOK,
     FLOW_PREFILL_FIRST,
@@ -16,6 +17,8 @@ from .layout import (
     P_B,
     P_BUDGET,
     P_C,
+    P_DKV,
+    P_DRAIN,
     P_FLOW,
     P_G,
     P_MAXEVENTS,
@@ -31,8 +34,12 @@ from .layout import (
     P_S,
     P_SEED,
     P_STREAM,
+    P_WARM,
+    POL_KV,
     POL_PULL,
     PROF_POLY,
+    RESV_ADMIT,
+    RESV_PENDING,
     RF_NEXT_ARR,
     RF_T,
     RI_DONE_MEAS,
@@ -40,6 +47,7 @@ from .layout import (
     RI_FREE_TOP,
     RI_HEAPN,
     RI_NOPEN,
+    RI_SEQ,
     RI_STATUS,
     RNG_F_GAP,
     SF_FIRST,
@@ -63,8 +71,10 @@ from .layout import (
     SI_OSL,
     SI_PFX,
     SI_PW,
+    SI_RESERVE,
     SI_STATE,
     ST_FREE,
+    STATUS_OVERCAP,
     WF_BUSY,
     WF_WAKE,
     WI_AB,
@@ -80,6 +90,7 @@ INF = math.inf
 STATUS_SLOTS = 1
 STATUS_EVENTS = 2
 STATUS_STALL = 3
+# STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
 def build(jit, rng, cache, router, heap, cl, jit_inline=None):
@@ -89,14 +100,16 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
     rng_replica_key = rng.replica_key
     cache_acquire = cache.acquire
     cache_release = cache.release
+    cache_grow = cache.grow
     router_fewest_blocks = router.fewest_blocks
+    router_sample_blocks = router.sample_blocks
     heap_pop = heap.pop
     heap_push = heap.push
     cl_finish = cl.finish
     cl_hand_to_decode = cl.hand_to_decode
     cl_new_request = cl.new_request
     cl_plan_decode = cl.plan_decode
-    cl_prefill_span = cl.prefill_span
+    cl_pass_prefill_ms = cl.pass_prefill_ms
     cl_q_at = cl.q_at
     cl_q_pop = cl.q_pop
     cl_q_push = cl.q_push
@@ -117,6 +130,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
         n = np.int64(0)
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
+        n_tok = np.int64(0)
         svc = 0.0
         while n < max_seq and (budget > 0 or not poly):
             from_shared = False
@@ -175,15 +189,17 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             budget -= chunk
             slot_i[r, s, SI_CHUNK] = chunk
             before = np.int64(slot_i[r, s, SI_ISL]) - np.int64(slot_i[r, s, SI_NEED]) + np.int64(slot_i[r, s, SI_DONE])
-            sum_p += before
-            sum_pc += before + chunk
+            if chunk > 0:
+                sum_p += before
+                sum_pc += before + chunk
+                n_tok += 1
             svc += slot_f[r, s, SF_SVC]
             n += 1
         wk_i[r, w, WI_PASS_K] = n
         if n == 0:
             return
         if poly:
-            dur = cl_prefill_span(fp, bs * (sum_pc // bs - sum_p // bs))
+            dur = cl_pass_prefill_ms(fp, sum_p, sum_pc, n_tok)
         else:
             dur = svc
         wk_f[r, w, WF_BUSY] = t + dur
@@ -195,22 +211,27 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
         isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + bs - 1) // bs
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
-            pfx = np.int64(slot_i[r, s, SI_PFX])
-            cache_release(pc, wk_i, r, w, g, pfx, pblk - pfx)
+            # the prefill worker keeps the KV until the decode worker has it (plan_decode frees it)
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
             wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
-            d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
+            if fp[F_TAU] > 0.0 and ip[P_POLICY] == POL_KV:
+                d = router_sample_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND], fp[F_TAU])
+            else:
+                d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
             wk_i[r, d, WI_AB] += pblk
-            moved = isl
-        else:
-            cache_release(pc, wk_i, r, w, g, np.int64(0), pblk - np.int64(slot_i[r, s, SI_CACHED]))
-            d = np.int64(slot_i[r, s, SI_DW])
-            wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
-            moved = np.int64(slot_i[r, s, SI_NEED])
+            # its decode worker reserves blocks at its next pass boundary, then the transfer runs
+            cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t, np.int64(RESV_PENDING))
+            return
+        cache_release(
+            pc, wk_i, rep_i, r, w, g, np.int64(0), pblk - np.int64(slot_i[r, s, SI_CACHED]), np.int64(0),
+            np.int64(-1), ip[P_G],
+        )  # fmt: skip
+        d = np.int64(slot_i[r, s, SI_DW])
+        wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
         xfer = 0.0
         if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
-            xfer = fp[F_XFER_LAT] + fp[F_XFER_TOK] * moved
-        cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t + xfer)
+            xfer = fp[F_XFER_LAT] + fp[F_XFER_TOK] * np.int64(slot_i[r, s, SI_NEED])
+        cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t + xfer, np.int64(RESV_ADMIT))
 
     @jit_inline
     def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t):
@@ -232,42 +253,67 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
 
     @jit_inline
     def decode_end(
-        ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, d, t
+        ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, d, t
     ):
+        bs = ip[P_B]
         k = np.int64(wk_i[r, d, WI_SEG_M])
         wk_f[r, d, WF_BUSY] = INF
         wk_i[r, d, WI_MIXED] = 0
+        # tokens of the pass, and the blocks its steps grew into (plan_decode made sure they fit);
+        # finished requests are swapped past the running ones and let go of their blocks only
+        # after the growth, which happened first (at the steps' starts)
+        growth = np.int64(0)
+        n_old = np.int64(wk_i[r, d, WI_NRUN])
+        n_live = n_old
         i = 0
-        while i < np.int64(wk_i[r, d, WI_NRUN]):
+        while i < n_live:
             s = np.int64(run[r, d, i])
             chunk = np.int64(slot_i[r, s, SI_CHUNK])
             if chunk > 0:
                 slot_i[r, s, SI_DONE] += chunk
                 slot_i[r, s, SI_CHUNK] = 0
                 if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
-                    # a local prefill's last chunk emits the first token at the end of its pass
-                    slot_f[r, s, SF_FIRST] = t
+                    # a pass that completes a (re)computed prompt emits its next token
+                    if slot_f[r, s, SF_FIRST] < 0.0:
+                        slot_f[r, s, SF_FIRST] = t
                     slot_i[r, s, SI_FRESH] = 0
-                    slot_i[r, s, SI_GEN] = 1
+                    slot_i[r, s, SI_GEN] += 1
                     wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
+                    slot_i[r, s, SI_APT] = 0
             elif np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
-                slot_i[r, s, SI_GEN] += k
+                gen = np.int64(slot_i[r, s, SI_GEN]) + k
+                slot_i[r, s, SI_GEN] = gen
+                # its last step computed context isl + gen - 1: a block more each B tokens
+                ctx = np.int64(slot_i[r, s, SI_ISL]) + gen - 1
+                pfx = np.int64(slot_i[r, s, SI_PFX])
+                own = np.int64(slot_i[r, s, SI_RESERVE])
+                if ctx > (pfx + own) * bs:
+                    more = (ctx + bs - 1) // bs - pfx - own
+                    growth += more
+                    slot_i[r, s, SI_RESERVE] = own + more
             if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]) and np.int64(
                 slot_i[r, s, SI_GEN]
             ) >= np.int64(slot_i[r, s, SI_OSL]):
-                last = np.int64(wk_i[r, d, WI_NRUN]) - 1
-                run[r, d, i] = np.int64(run[r, d, last])
-                wk_i[r, d, WI_NRUN] = last
-                cl_finish(
-                    ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key, s, t
-                )
+                n_live -= 1
+                run[r, d, i] = run[r, d, n_live]
+                run[r, d, n_live] = s
             else:
                 i += 1
+        wk_i[r, d, WI_NRUN] = n_live
+        if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
+            rep_i[r, RI_STATUS] = STATUS_OVERCAP
+        for j in range(n_old - 1, n_live - 1, -1):  # in the order they were found
+            cl_finish(
+                ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key,
+                np.int64(run[r, d, j]), t,
+            )  # fmt: skip
 
     @jit_inline
-    def arrive(ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, rep_f, out_i, cand, r, key, s, rid, t):
+    def arrive(
+        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_i, cand, r, key, s, rid, t
+    ):
         cl_new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
-        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, cand, r, key, s, t)
+        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, out_i, cand, r, key, s, t)
 
     @jit
     def simulate_replica(
@@ -317,6 +363,8 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             slot_i[r, s, SI_CLIENT] = s
             slot_i[r, s, SI_KCOUNT] = 0
         closed = ip[P_ARRIVAL] == 0
+        drain = ip[P_DRAIN] == 1
+        last_arrival = ip[P_WARM] + ip[P_N]
         if closed:
             for c in range(ip[P_C]):
                 heap_push(heap_t, heap_c, rep_i, r, 0.0, c)
@@ -355,6 +403,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                         wk_i,
                         wk_f,
                         pc,
+                        ev,
                         queue,
                         run,
                         rep_i,
@@ -372,6 +421,11 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                 break
             # arrivals due now: a closed-loop client whose wake-up time has come, or the next Poisson arrival
             while True:
+                if drain and rep_i[r, RI_SEQ] >= last_arrival:
+                    # a finite run, like a replay: no request after the measured ones
+                    rep_f[r, RF_NEXT_ARR] = INF
+                    rep_i[r, RI_HEAPN] = 0
+                    break
                 if closed:
                     if rep_i[r, RI_HEAPN] == 0 or heap_t[r, 0] > t:
                         break
@@ -391,8 +445,8 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                     rid = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = rid + 1
                 arrive(
-                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, rep_f, out_i, cand, r, key, s,
-                    rid, t,
+                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_i, cand, r, key,
+                    s, rid, t,
                 )  # fmt: skip
                 if not closed:
                     rep_f[r, RF_NEXT_ARR] += rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])

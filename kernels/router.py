@@ -135,6 +135,37 @@ def build(jit, rng, cache):
                     best = lo + i
         return best
 
+    @jit
+    def sample_blocks(wk_i, rep_i, r, key, lo, k, tau):
+        """The same decode choice at temperature tau > 0: Dynamo's softmax (REFERENCE section 3)
+        over the decode cost, active blocks (overlap weight 0, the request's own blocks a constant)."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        cmin = np.float64(np.int64(wk_i[r, lo, WI_AB]))
+        cmax = cmin
+        for w in range(lo + 1, lo + k):
+            c = np.float64(np.int64(wk_i[r, w, WI_AB]))
+            cmin = min(cmin, c)
+            cmax = max(cmax, c)
+        if cmax == cmin:
+            return lo + rng_below(key, dec, np.int64(_B0), k)
+        scale = (cmax - cmin) * tau
+        total = 0.0
+        for w in range(lo, lo + k):
+            total += math.exp(-(np.float64(np.int64(wk_i[r, w, WI_AB])) - cmin) / scale)
+        target = uniform(key, dec, np.int64(_B0)) * total
+        acc = 0.0
+        for w in range(lo, lo + k):
+            acc += math.exp(-(np.float64(np.int64(wk_i[r, w, WI_AB])) - cmin) / scale)
+            if target < acc:
+                return w
+        return lo + k - 1
+
     return Namespace(
-        cand_tokens=cand_tokens, cand_blocks=cand_blocks, kv_cost=kv_cost, choose=choose, fewest_blocks=fewest_blocks
+        cand_tokens=cand_tokens,
+        cand_blocks=cand_blocks,
+        kv_cost=kv_cost,
+        choose=choose,
+        fewest_blocks=fewest_blocks,
+        sample_blocks=sample_blocks,
     )

@@ -14,7 +14,7 @@ def build(jit, jit_inline=None) -> Namespace:
     each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
     (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`."""
     r = rng.build(jit)
-    c = cache.build(jit)
+    c = cache.build(jit, jit_inline)
     ro = router.build(jit, r, c)
     h = heap.build(jit)
     cl = cluster.build(jit, r, c, ro, h, jit_inline)

@@ -5,6 +5,8 @@ API (stable contract for the rest of the library):
     simulate(spec, *, replicas, requests, warmup, seed, stream, backend="cpu",
              record_candidates=True) -> SimResult
 
+`drain=True` makes a finite run, as Dynamo's replay: no request arrives after the measured ones,
+so the load falls away at the end (the default keeps it on until the last measured request ends).
 `stream` keys the request streams: give every policy of one (topology, load) point the same
 `stream` and they see identical requests in every replica (common random numbers). The random
 key of replica r is (seed, stream, r), so results never depend on batch size, thread count or
@@ -33,7 +35,8 @@ otherwise), shape (replicas, requests, K):
   and `chosen` int32 (replicas, requests): the index of the worker the policy chose.
   Dynamo's cost is overlap_weight * cand_tokens / block_size + cand_blocks.
 SimResult.replica: dict of (replicas,) arrays: window_ms (first measured arrival -> last
-measured completion), simulated (requests simulated in all, warm-up and tail included).
+measured completion), simulated (requests simulated in all, warm-up and tail included),
+events, preemptions (decode preemptions, warm-up included), ring_merges (see kernels/cache.py).
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ def pack_params(
     stream: int,
     record_candidates: bool,
     naive_decode: bool = False,
+    drain: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
     spec.validate()
@@ -169,6 +173,8 @@ def pack_params(
     ip[L.P_SEED] = seed
     ip[L.P_STREAM] = stream
     ip[L.P_NAIVE] = 1 if naive_decode else 0
+    ip[L.P_DADMIT] = L.DADMIT_REPLAY if c.decode_admission == "replay" else L.DADMIT_FCFS
+    ip[L.P_DRAIN] = 1 if drain else 0
     ip[L.P_H] = max(slots, 1)
     osl_max = w.osl.max_value()
     per_req = 8 + (osl_max if naive_decode else 0)
@@ -199,6 +205,24 @@ def pack_params(
     return ip, fp, tabs
 
 
+RING_MAX = 1024
+
+
+def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
+    """Rows of the released-run ring per worker (kernels/cache.py). With fixed lengths every run
+    a request leaves is known, and the ring holds as many as the worker's blocks can (plus the
+    few a preemption leaves); otherwise RING_MAX. A full ring merges its two oldest runs, which a
+    replica counts as `ring_merges`."""
+    if ip[L.P_ISL_KIND] != L.DIST_FIXED or ip[L.P_OSL_KIND] != L.DIST_FIXED:
+        return RING_MAX
+    bs = int(ip[L.P_B])
+    isl, osl = int(ip[L.P_ISL_A]), int(ip[L.P_OSL_A])
+    pfx = math.floor(fp[L.F_RATIO] * isl) // bs
+    runs = [n for n in (isl // bs - pfx, (isl + osl - 1) // bs - pfx) if n > 0]
+    kv = max(int(ip[L.P_PKV]), int(ip[L.P_DKV]))
+    return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)
+
+
 def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, k: int, record: bool) -> dict[str, tuple]:
     slots = int(ip[L.P_S])
     delayed = fp[L.F_EVDELAY] > 0
@@ -209,7 +233,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, k: in
         "slot_f": ((slots, L.NSF), np.float64),
         "wk_i": ((n_workers + 1, L.NWI), np.int32),
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
-        "pc": ((n_workers, int(ip[L.P_G]), 4), np.int32),
+        "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), 4), np.int32),
         "ev": ((4 * slots + 16 if delayed else 1, 4), np.float64),
         "queue": ((n_workers + 2, qcap), np.int32),
         "run": ((n_workers, runcap), np.int32),
@@ -267,6 +291,7 @@ def simulate(
     backend: str = "cpu",
     record_candidates: bool = True,
     naive_decode: bool = False,
+    drain: bool = False,
     max_batch_bytes: int | None = None,
     parallel: bool = True,
 ) -> SimResult:
@@ -286,6 +311,7 @@ def simulate(
         stream=stream,
         record_candidates=record_candidates,
         naive_decode=naive_decode,
+        drain=drain,
     )
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     k = int(ip[L.P_K])
@@ -330,6 +356,8 @@ def simulate(
         "simulated": np.empty(replicas, dtype=np.int64),
         "events": np.empty(replicas, dtype=np.int64),
         "status": np.empty(replicas, dtype=np.int64),
+        "preemptions": np.empty(replicas, dtype=np.int64),
+        "ring_merges": np.empty(replicas, dtype=np.int64),
         "written": np.empty(replicas, dtype=np.int64),
     }
     compile_s = 0.0
@@ -357,6 +385,8 @@ def simulate(
         rep["simulated"][r0 : r0 + nr] = ri[:, L.RI_SEQ]
         rep["events"][r0 : r0 + nr] = ri[:, L.RI_EVENTS]
         rep["status"][r0 : r0 + nr] = ri[:, L.RI_STATUS]
+        rep["preemptions"][r0 : r0 + nr] = ri[:, L.RI_PREEMPT]
+        rep["ring_merges"][r0 : r0 + nr] = ri[:, L.RI_MERGES]
         rep["written"][r0 : r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
@@ -364,8 +394,16 @@ def simulate(
         why = {
             1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
             "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
-            2: "the event limit was reached (the cluster made no progress)",
+            2: "the event limit was reached (the cluster made no progress"
+            + (
+                "; cluster.decode_admission = replay starves preempted requests under sustained KV pressure: "
+                "use fcfs, or a finite run (drain)"
+                if spec.cluster.decode_admission == "replay"
+                else ""
+            )
+            + ")",
             3: "the simulation stalled with requests left (a request cannot fit a worker)",
+            L.STATUS_OVERCAP: "a worker held more KV blocks than it has (an engine bug: please report it)",
         }.get(code, str(code))
         raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}")
     # seq order (arrival order) is the row order already: rows are indexed by seq - warmup

@@ -94,6 +94,11 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
     cached = _matrix(df, "cached_blocks", r, n).astype(np.float64)
     prompt = _matrix(df, "prompt_blocks", r, n).astype(np.float64)
     _put(row, "hit_rate", ratio_interval(cached.sum(axis=1), prompt.sum(axis=1)))
+    if {"replica_preemptions", "replica_simulated"} <= set(df.columns):
+        # decode preemptions under KV pressure, per simulated request (warm-up and tail included)
+        pre = _matrix(df, "replica_preemptions", r, n)[:, 0].astype(np.float64)
+        sim = _matrix(df, "replica_simulated", r, n)[:, 0].astype(np.float64)
+        _put(row, "preemptions_per_request", ratio_interval(pre, sim))
 
     if {"cand_tokens", "cand_blocks", "chosen"} <= set(df.columns):
         k = df.schema["cand_tokens"].size

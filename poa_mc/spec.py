@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
+DECODE_ADMISSIONS = ("fcfs", "replay")
 POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull")
 DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 ARRIVALS = ("closed", "poisson")
@@ -211,6 +212,7 @@ class ClusterSpec:
     transfer_gbps: float = 0.0
     transfer_latency_ms: float = 0.0
     kv_event_delay_ms: float = 0.0
+    decode_admission: str = "fcfs"
     max_inflight: int = 4096
 
     def n_workers(self) -> int:
@@ -219,6 +221,11 @@ class ClusterSpec:
     def validate(self, path: str = "cluster") -> None:
         if self.flow not in FLOWS:
             raise SpecError(f"{path}.flow", f"must be one of {', '.join(FLOWS)}, got {self.flow!r}")
+        if self.decode_admission not in DECODE_ADMISSIONS:
+            raise SpecError(
+                f"{path}.decode_admission",
+                f"must be one of {', '.join(DECODE_ADMISSIONS)}, got {self.decode_admission!r}",
+            )
         if self.flow != "aggregated" and self.n_prefill < 1:
             raise SpecError(f"{path}.n_prefill", f"needs at least one prefill worker, got {self.n_prefill}")
         if self.n_decode < 1:

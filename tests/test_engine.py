@@ -126,13 +126,19 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
         from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
-        cases = [("prefill_first", "kv", 0.0), ("decode_first", "kv", 0.0), ("prefill_first", "power_of_d", 0.0),
-                 ("decode_first", "kv", 30.0)]
-        for flow, pol, delay in cases:
-            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay),
-                            workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", 12),
+        # (flow, policy, event delay, decode kv blocks, temperature, transfer ms): the last three
+        # put decode workers under KV pressure (preemption), sample the decode choice, and run the
+        # transfer handshake
+        cases = [("prefill_first", "kv", 0.0, 16384, 0.0, 0.0, 12), ("decode_first", "kv", 0.0, 16384, 0.0, 0.0, 12),
+                 ("prefill_first", "power_of_d", 0.0, 16384, 0.0, 0.0, 12),
+                 ("decode_first", "kv", 30.0, 16384, 0.0, 0.0, 12),
+                 ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60), ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60)]
+        for flow, pol, delay, dkv, tau, xfer, osl in cases:
+            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
+                                                decode_kv_blocks=dkv, transfer_latency_ms=xfer),
+                            workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
                                                   prefix_groups=3, concurrency=6),
-                            policy=PolicySpec(kind=pol, temperature=0.0))
+                            policy=PolicySpec(kind=pol, temperature=tau))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a = simulate(spec, backend="cpu", **kw)
             b = simulate(spec, backend="cuda", **kw)
@@ -141,6 +147,9 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.samples[k], b.samples[k]), (flow, k)
             for k in a.candidates:
                 assert np.array_equal(a.candidates[k], b.candidates[k]), (flow, k)
+            assert np.array_equal(a.replica["preemptions"], b.replica["preemptions"]), flow
+            if dkv == 30:
+                assert a.replica["preemptions"].sum() > 0, flow
         print("EQUAL")
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")

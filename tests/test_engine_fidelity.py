@@ -1,0 +1,148 @@
+"""Dynamo-replay semantics the engine follows beyond the ample-memory regime (docs/engine.md):
+decode preemption under KV pressure, the KV-transfer handshake, the decode choice at temperature,
+and the aggregated worker's prefix lookup at admission. Each is pinned on a small case whose
+timeline is worked out by hand in the comments, on the deterministic profile (fixed prefill and
+decode-step times) so that every time is exact."""
+
+import math
+
+import numpy as np
+import pytest
+from poa_mc.kernels import cpu
+from poa_mc.kernels.layout import NRI, NWI, RI_DECIDE, WI_AB
+
+from poa_mc.engine import simulate
+from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+
+DET = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.0, decode_ms=1.0)
+
+
+def _cell(*, n_d=1, c=2, isl=64, osl=200, ratio=0.0, groups=1, flow="prefill_first", profile=DET, **cluster):
+    return CellSpec(
+        cluster=ClusterSpec(n_prefill=1, n_decode=n_d, flow=flow, **cluster),
+        workload=WorkloadSpec(
+            isl=Dist("fixed", isl), osl=Dist("fixed", osl), prefix_groups=groups, prefix_ratio=ratio, concurrency=c
+        ),
+        profile=profile,
+        policy=PolicySpec(kind="kv"),
+    )
+
+
+def _run(spec, requests=2, replicas=1, **kw):
+    return simulate(spec, replicas=replicas, requests=requests, warmup=0, seed=3, stream=0, **kw)
+
+
+def test_decode_preemption_timeline_under_kv_pressure():
+    # 1P/1D, 6 decode blocks of 64 tokens, two 64-token prompts with 200 output tokens each.
+    # A: prefill 0-10, its blocks are reserved at 10, first token at 11; step k ends at 10 + k and
+    #    computes context 63 + k, so it needs ceil((63 + k) / 64) blocks: 3 from k = 66, 4 from 130.
+    # B: prefill 10-20, joins at 20 (a step boundary of A), step k' ends at 20 + k'.
+    # At t = 139 A's step 130 needs a 4th block while B holds 3: no block is free, so the newest
+    # (B, after 119 tokens) is preempted; its 2 full computed blocks stay cached. A runs alone and
+    # at its step 194 (t = 203) takes a 5th block by evicting one of B's. A ends at 210; then B is
+    # readmitted, hits what is left of its own blocks, recomputes the rest in one pass (1 ms: a
+    # disaggregated decode worker charges no prefill time) that emits its token 120, and its last
+    # 80 tokens end at 291.
+    res = _run(_cell(decode_kv_blocks=6))
+    s = res.samples
+    np.testing.assert_allclose(s["ttft_ms"][0], [11.0, 21.0], atol=1e-9)
+    np.testing.assert_allclose(s["e2e_ms"][0], [210.0, 291.0], atol=1e-9)
+    assert res.replica["preemptions"][0] >= 1
+    # with ample memory nothing is preempted and B ends 200 steps after its first token
+    roomy = _run(_cell(decode_kv_blocks=64))
+    np.testing.assert_allclose(roomy.samples["e2e_ms"][0], [210.0, 220.0], atol=1e-9)
+    assert roomy.replica["preemptions"][0] == 0
+
+
+def test_decode_admission_takes_the_prompt_blocks_only():
+    # 5 blocks hold two 64-token prompts at once (1 block each) although isl + osl needs 4 blocks:
+    # B starts at 20, not after A ends (the old rule reserved isl + osl blocks at admission)
+    res = _run(_cell(osl=160, decode_kv_blocks=5))
+    assert res.samples["ttft_ms"][0][1] == pytest.approx(21.0)
+
+
+def test_preempted_requests_complete_exactly_once_and_blocks_never_overflow():
+    spec = _cell(n_d=2, c=24, isl=300, osl=150, ratio=0.4, groups=3, decode_kv_blocks=30, profile=ProfileSpec())
+    res = _run(spec, requests=200, replicas=4)
+    assert res.replica["preemptions"].sum() > 20  # the regime is really under pressure
+    assert (res.replica["written"] == 200).all()  # every measured request completed once
+    s = res.samples
+    np.testing.assert_allclose(s["ttft_ms"] + (s["osl"] - 1) * s["itl_ms"], s["e2e_ms"], rtol=1e-9)
+    assert (s["ttft_ms"] > 0).all()
+
+
+@pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
+def test_closed_form_decode_equals_step_by_step_under_preemption(flow):
+    spec = _cell(
+        n_d=2, c=16, isl=200, ratio=0.5, groups=2, flow=flow, profile=ProfileSpec(), decode_kv_blocks=24, osl=120
+    )
+    spec = CellSpec(
+        cluster=spec.cluster,
+        workload=WorkloadSpec(
+            isl=Dist("uniform", low=40, high=400),
+            osl=Dist("uniform", low=1, high=150),
+            prefix_groups=2,
+            prefix_ratio=0.5,
+            concurrency=16,
+        ),  # fmt: skip
+        profile=spec.profile,
+        policy=spec.policy,
+    )
+    fast = _run(spec, requests=120, replicas=3)
+    naive = _run(spec, requests=120, replicas=3, naive_decode=True)
+    assert fast.replica["preemptions"].sum() > 0
+    np.testing.assert_array_equal(fast.replica["preemptions"], naive.replica["preemptions"])
+    for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms"):
+        np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
+
+
+def test_kv_transfer_starts_at_the_decode_workers_next_pass_boundary():
+    # 1P/1D, prefill 10.5 ms, decode step 1 ms, transfer 5.2 ms (a fixed latency).
+    # A: prefill ends at 10.5 on an idle decode worker: reserved at once, KV there at 15.7,
+    #    admitted then, first token 16.7; its steps end at 15.7 + k.
+    # B: prefill ends at 21.0 while A steps: the reservation (and the transfer) waits for A's next
+    #    step boundary, 21.7; the KV arrives at 26.9 and B joins at the next boundary, 27.7; first
+    #    token 28.7. Starting the transfer at 21.0 would give 27.7.
+    prof = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.5, decode_ms=1.0)
+    res = _run(_cell(osl=30, profile=prof, transfer_latency_ms=5.2))
+    np.testing.assert_allclose(res.samples["ttft_ms"][0], [16.7, 28.7], atol=1e-9)
+    assert res.samples["decode_wait_ms"][0][1] == pytest.approx(0.8)
+
+
+def test_aggregated_worker_looks_prefixes_up_at_admission():
+    # four requests of one group arrive together at an aggregated worker: the first admitted
+    # stores the prefix (1024 of 2048 tokens, 16 blocks) and the three admitted with it hit it
+    spec = _cell(flow="aggregated", c=4, isl=2048, ratio=0.5, groups=1, profile=ProfileSpec(), osl=8)
+    res = _run(spec, requests=4)
+    assert sorted(res.samples["cached_blocks"][0]) == [0, 16, 16, 16]
+
+
+def test_decode_choice_at_temperature_follows_dynamos_softmax():
+    K = cpu._K
+    wk_i = np.zeros((1, 4, NWI), dtype=np.int32)
+    wk_i[0, 1:4, WI_AB] = [0, 10, 20]  # decode workers 1..3 (worker 0 prefills)
+    rep_i = np.zeros((1, NRI), dtype=np.int64)
+    key = K.rng.replica_key(1, 2, 3)  # the type the kernels pass
+    n = 20_000
+    picks = np.array([K.router.sample_blocks(wk_i, rep_i, 0, key, 1, 3, 1.0) for _ in range(n)])
+    assert rep_i[0, RI_DECIDE] == n  # each decision draws from its own sub-stream
+    w = np.exp(-np.array([0.0, 10.0, 20.0]) / (20.0 * 1.0))
+    p = w / w.sum()  # REFERENCE section 3: exp(-(c - cmin) / ((cmax - cmin) tau))
+    freq = np.bincount(picks - 1, minlength=3) / n
+    assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / n)), (freq, p)
+    # equal costs: uniform; the engine keeps the argmin (fewest_blocks) at tau = 0
+    wk_i[0, 1:4, WI_AB] = 7
+    eq = np.array([K.router.sample_blocks(wk_i, rep_i, 0, key, 1, 3, 0.5) for _ in range(3000)])
+    assert set(np.unique(eq)) == {1, 2, 3}
+
+
+def test_decode_temperature_spreads_requests_over_decode_workers():
+    base = _cell(n_d=3, c=12, isl=512, osl=40, profile=ProfileSpec())
+    hot = CellSpec(cluster=base.cluster, workload=base.workload, profile=base.profile,
+                   policy=PolicySpec(kind="kv", temperature=1.0))  # fmt: skip
+    cold = _run(base, requests=300, replicas=2)
+    warm = _run(hot, requests=300, replicas=2)
+    assert not np.array_equal(cold.samples["decode_worker"], warm.samples["decode_worker"])
+    # identical requests (common random numbers): only the decode placement differs
+    np.testing.assert_array_equal(cold.samples["isl"], warm.samples["isl"])
+    assert math.isfinite(warm.samples["ttft_ms"].mean())
