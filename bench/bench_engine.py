@@ -81,7 +81,10 @@ def main() -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     threads = os.environ.get("NUMBA_NUM_THREADS", str(os.cpu_count()))
     line = (
-        f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) backend={first.device}: "
+        f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) "
+        f"backend={'cpu (serial)' if a.serial else first.device}"
+        + (f" decode_kv_blocks={a.decode_kv_blocks}" if a.decode_kv_blocks else "")
+        + ": "
         f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
         f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; "
         f"state {first.state_bytes_per_replica} B/replica; "

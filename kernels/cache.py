@@ -221,6 +221,19 @@ def build(jit, jit_inline=None):
         wk_i[r, w, WI_USED] += blocks
         return True
 
+    @jit
+    def merge_oldest(pc, wk_i, rep_i, r, w, n_groups):
+        """The ring is full: merge its two oldest runs into the second (it has the newer stamp)."""
+        ring = pc.shape[2] - n_groups
+        h = np.int64(wk_i[r, w, WI_AH])
+        h2 = (h + 1) % ring
+        pc[r, w, n_groups + h2, 0] += pc[r, w, n_groups + h, 0]
+        pc[r, w, n_groups + h2, 2] = -1
+        pc[r, w, n_groups + h, 0] = 0
+        wk_i[r, w, WI_AH] = h2
+        wk_i[r, w, WI_AN] -= 1
+        rep_i[r, RI_MERGES] += 1
+
     @jit_inline
     def release(pc, wk_i, rep_i, r, w, g, pfx, held, keep, owner, n_groups):
         """The request no longer needs its blocks: `keep` of its `held` unique blocks stay cached as
@@ -231,15 +244,7 @@ def build(jit, jit_inline=None):
             ring = pc.shape[2] - n_groups
             ring_head(pc, wk_i, r, w, n_groups)  # drop runs emptied by reclaims first
             if np.int64(wk_i[r, w, WI_AN]) == ring:
-                # full: merge the two oldest runs into the second (it has the newer stamp)
-                h = np.int64(wk_i[r, w, WI_AH])
-                h2 = (h + 1) % ring
-                pc[r, w, n_groups + h2, 0] += pc[r, w, n_groups + h, 0]
-                pc[r, w, n_groups + h2, 2] = -1
-                pc[r, w, n_groups + h, 0] = 0
-                wk_i[r, w, WI_AH] = h2
-                wk_i[r, w, WI_AN] -= 1
-                rep_i[r, RI_MERGES] += 1
+                merge_oldest(pc, wk_i, rep_i, r, w, n_groups)
             pos = (np.int64(wk_i[r, w, WI_AH]) + np.int64(wk_i[r, w, WI_AN])) % ring
             row = n_groups + pos
             pc[r, w, row, 0] = keep
@@ -288,6 +293,7 @@ def build(jit, jit_inline=None):
         acquire_need=acquire_need,
         acquire=acquire,
         grow=grow,
+        merge_oldest=merge_oldest,
         release=release,
         reclaim=reclaim,
     )

@@ -228,7 +228,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
     def q_at(queue, wk_i, r, row, i, qcap):
         return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
 
-    @jit
+    @jit_inline
     def q_remove(queue, wk_i, r, row, i, qcap):
         """Remove entry i of the ring (0: the head), keeping the order of the others."""
         h = np.int64(wk_i[r, row, WI_QH])
@@ -399,6 +399,24 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         if keep > np.int64(slot_i[r, s, SI_RESERVE]):
             keep = np.int64(slot_i[r, s, SI_RESERVE])
         return keep
+
+    @jit
+    def fit_next_step(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d):
+        """Preempt the newest running request of d until the running set's next step gets its
+        blocks. True if any was preempted. (Out of line: rare, and the event loop stays small.)"""
+        preempted = False
+        nrun = np.int64(wk_i[r, d, WI_NRUN])
+        extra = step_extra(ip, slot_i, run, r, d, nrun, ip[P_B], np.int64(0))
+        while extra > 0 and not cache_fits(wk_i, r, d, ip[P_DKV], extra):
+            newest = 0
+            for i in range(1, nrun):
+                if np.int64(slot_i[r, run[r, d, i], SI_ADMSEQ]) > np.int64(slot_i[r, run[r, d, newest], SI_ADMSEQ]):
+                    newest = i
+            preempt(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d, newest)
+            preempted = True
+            nrun -= 1
+            extra = step_extra(ip, slot_i, run, r, d, nrun, ip[P_B], np.int64(0))
+        return preempted
 
     @jit
     def preempt(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d, i):
@@ -630,6 +648,20 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 return True
         return False
 
+    @jit
+    def steps_that_fit(ip, slot_i, run, r, d, nrun, m, avail):
+        """The most steps, up to m, whose blocks fit in `avail` (binary search; out of line: only
+        under KV pressure)."""
+        lo = np.int64(1)
+        hi = m
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if step_extra(ip, slot_i, run, r, d, nrun, ip[P_B], mid - 1) <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     @jit_inline
     def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
         bs = ip[P_B]
@@ -649,16 +681,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         nrun = np.int64(wk_i[r, d, WI_NRUN])
         avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
         if nrun > avail:
-            extra = step_extra(ip, slot_i, run, r, d, nrun, bs, np.int64(0))
-            while extra > 0 and not cache_fits(wk_i, r, d, kv_cap, extra):
-                newest = 0
-                for i in range(1, nrun):
-                    if np.int64(slot_i[r, run[r, d, i], SI_ADMSEQ]) > np.int64(slot_i[r, run[r, d, newest], SI_ADMSEQ]):
-                        newest = i
-                preempt(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d, newest)
-                preempted = True
-                nrun -= 1
-                extra = step_extra(ip, slot_i, run, r, d, nrun, bs, np.int64(0))
+            preempted = fit_next_step(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d)
+            nrun = np.int64(wk_i[r, d, WI_NRUN])
         admitted_from = nrun
         if prefill_first and not replay and not waiting_for_blocks(ip, slot_i, wk_i, queue, r, d):
             # vLLM: blocks go to the waiting (preempted) requests first, then to a transfer,
@@ -745,15 +769,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             # blocks (there the newest request is preempted), a cheap bound first
             avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
             if m > 1 and n_dec * (m // bs + 2) > avail:
-                lo = np.int64(1)
-                hi = m
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if step_extra(ip, slot_i, run, r, d, nrun, bs, mid - 1) <= avail:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                m = lo
+                m = steps_that_fit(ip, slot_i, run, r, d, nrun, m, avail)
             if m == 1:
                 dur = step_ms(fp, np.float64(x0), cap)
             else:
@@ -987,6 +1003,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         computed_tokens=computed_tokens,
         kept_blocks=kept_blocks,
         preempt=preempt,
+        fit_next_step=fit_next_step,
+        steps_that_fit=steps_that_fit,
         reserve=reserve,
         admit=admit,
         admit_queue=admit_queue,

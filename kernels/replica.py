@@ -215,7 +215,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
             wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
             if fp[F_TAU] > 0.0 and ip[P_POLICY] == POL_KV:
-                d = router_sample_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND], fp[F_TAU])
+                d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], fp[F_TAU])
             else:
                 d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
             wk_i[r, d, WI_AB] += pblk
@@ -269,31 +269,33 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
         while i < n_live:
             s = np.int64(run[r, d, i])
             chunk = np.int64(slot_i[r, s, SI_CHUNK])
+            done = np.int64(slot_i[r, s, SI_DONE])
+            need = np.int64(slot_i[r, s, SI_NEED])
+            gen = np.int64(slot_i[r, s, SI_GEN])
             if chunk > 0:
-                slot_i[r, s, SI_DONE] += chunk
+                done += chunk
+                slot_i[r, s, SI_DONE] = done
                 slot_i[r, s, SI_CHUNK] = 0
-                if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
+                if done == need:
                     # a pass that completes a (re)computed prompt emits its next token
                     if slot_f[r, s, SF_FIRST] < 0.0:
                         slot_f[r, s, SF_FIRST] = t
                     slot_i[r, s, SI_FRESH] = 0
-                    slot_i[r, s, SI_GEN] += 1
+                    gen += 1
+                    slot_i[r, s, SI_GEN] = gen
                     wk_i[r, d, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
                     slot_i[r, s, SI_APT] = 0
-            elif np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
-                gen = np.int64(slot_i[r, s, SI_GEN]) + k
+            elif done == need:
+                gen += k
                 slot_i[r, s, SI_GEN] = gen
                 # its last step computed context isl + gen - 1: a block more each B tokens
                 ctx = np.int64(slot_i[r, s, SI_ISL]) + gen - 1
-                pfx = np.int64(slot_i[r, s, SI_PFX])
-                own = np.int64(slot_i[r, s, SI_RESERVE])
-                if ctx > (pfx + own) * bs:
-                    more = (ctx + bs - 1) // bs - pfx - own
+                held = np.int64(slot_i[r, s, SI_PFX]) + np.int64(slot_i[r, s, SI_RESERVE])
+                if ctx > held * bs:
+                    more = (ctx + bs - 1) // bs - held
                     growth += more
-                    slot_i[r, s, SI_RESERVE] = own + more
-            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]) and np.int64(
-                slot_i[r, s, SI_GEN]
-            ) >= np.int64(slot_i[r, s, SI_OSL]):
+                    slot_i[r, s, SI_RESERVE] += more
+            if done == need and gen >= np.int64(slot_i[r, s, SI_OSL]):
                 n_live -= 1
                 run[r, d, i] = run[r, d, n_live]
                 run[r, d, n_live] = s

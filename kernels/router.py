@@ -68,25 +68,7 @@ def build(jit, rng, cache):
         if policy == POL_RANDOM:
             return lo + rng_below(key, dec, np.int64(_B0), k)
         if policy == POL_KV and tau > 0.0:
-            cmin = kv_cost(wk_i, pc, r, lo, g, pfx, isl, pblk, bs, omega)
-            cmax = cmin
-            for w in range(lo + 1, lo + k):
-                c = kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
-                cmin = min(cmin, c)
-                cmax = max(cmax, c)
-            if cmax == cmin:
-                return lo + rng_below(key, dec, np.int64(_B0), k)
-            scale = (cmax - cmin) * tau
-            total = 0.0
-            for w in range(lo, lo + k):
-                total += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
-            target = uniform(key, dec, np.int64(_B0)) * total
-            acc = 0.0
-            for w in range(lo, lo + k):
-                acc += math.exp(-(kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega) - cmin) / scale)
-                if target < acc:
-                    return w
-            return lo + k - 1
+            return tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, False)
         # argmin with ties broken uniformly at random (reservoir over the tied set); power_of_d
         # first keeps d distinct candidates by selection sampling (Knuth's algorithm S).
         best = -1
@@ -136,15 +118,20 @@ def build(jit, rng, cache):
         return best
 
     @jit
-    def sample_blocks(wk_i, rep_i, r, key, lo, k, tau):
-        """The same decode choice at temperature tau > 0: Dynamo's softmax (REFERENCE section 3)
-        over the decode cost, active blocks (overlap weight 0, the request's own blocks a constant)."""
-        dec = rep_i[r, RI_DECIDE]
-        rep_i[r, RI_DECIDE] = dec + 1
-        cmin = np.float64(np.int64(wk_i[r, lo, WI_AB]))
+    def tempered_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega, blocks_only):
+        if blocks_only:
+            return np.float64(np.int64(wk_i[r, w, WI_AB]))
+        return kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
+
+    @jit
+    def tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, blocks_only):
+        """Dynamo's softmax at temperature tau > 0 (REFERENCE section 3):
+        p_w ~ exp(-(c_w - c_min) / ((c_max - c_min) tau)), uniform when all costs are equal. The
+        cost is Dynamo's kv cost, or (blocks_only, the decode choice) the active blocks alone."""
+        cmin = tempered_cost(wk_i, pc, r, lo, g, pfx, isl, pblk, bs, omega, blocks_only)
         cmax = cmin
         for w in range(lo + 1, lo + k):
-            c = np.float64(np.int64(wk_i[r, w, WI_AB]))
+            c = tempered_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega, blocks_only)
             cmin = min(cmin, c)
             cmax = max(cmax, c)
         if cmax == cmin:
@@ -152,14 +139,40 @@ def build(jit, rng, cache):
         scale = (cmax - cmin) * tau
         total = 0.0
         for w in range(lo, lo + k):
-            total += math.exp(-(np.float64(np.int64(wk_i[r, w, WI_AB])) - cmin) / scale)
+            total += math.exp(
+                -(tempered_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega, blocks_only) - cmin) / scale
+            )
         target = uniform(key, dec, np.int64(_B0)) * total
         acc = 0.0
         for w in range(lo, lo + k):
-            acc += math.exp(-(np.float64(np.int64(wk_i[r, w, WI_AB])) - cmin) / scale)
+            acc += math.exp(-(tempered_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega, blocks_only) - cmin) / scale)
             if target < acc:
                 return w
         return lo + k - 1
+
+    @jit
+    def sample_blocks(wk_i, pc, rep_i, r, key, lo, k, tau):
+        """The decode choice of prefill_first at temperature tau > 0: the softmax over the decode
+        cost, active blocks (overlap weight 0; the request's own blocks are a constant)."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        return tempered(
+            wk_i,
+            pc,
+            r,
+            key,
+            dec,
+            lo,
+            k,
+            np.int64(0),
+            np.int64(0),
+            np.int64(0),
+            np.int64(0),
+            np.int64(1),
+            0.0,
+            tau,
+            True,
+        )
 
     return Namespace(
         cand_tokens=cand_tokens,
@@ -167,5 +180,6 @@ def build(jit, rng, cache):
         kv_cost=kv_cost,
         choose=choose,
         fewest_blocks=fewest_blocks,
+        tempered=tempered,
         sample_blocks=sample_blocks,
     )
