@@ -128,16 +128,21 @@ def build(jit, jit_inline=None):
         if np.int64(wk_i[r, w, WI_FREE]) < short:
             return False
         g = oldest_chain(pc, wk_i, r, w, n_groups)
-        while short > 0:
+        while True:
             row = ring_head(pc, wk_i, r, w, n_groups)
             take_ring = row >= 0 and (g < 0 or np.int64(pc[r, w, row, 1]) < np.int64(pc[r, w, g, 1]))
+            if short <= 0 and not (take_ring and np.int64(pc[r, w, row, 2]) < 0):
+                break
             if take_ring:
+                # An anonymous run older than every evictable chain goes whole, and so do the ones
+                # after it while they are older too (a sweep, once `need` fits): nothing can hit
+                # them and every block that becomes evictable later is newer, so freeing them now
+                # is indistinguishable from evicting them block by block later, and the next
+                # allocations find free blocks without calling here. A preempted request's own
+                # run (owner >= 0) may still be hit: only what is needed of it goes, tail first.
                 cut = np.int64(pc[r, w, row, 0])
                 if cut > short and np.int64(pc[r, w, row, 2]) >= 0:
-                    cut = short  # a preempted request's own run: its head may still be hit
-                # an anonymous run older than every evictable chain goes whole: nothing can hit
-                # it and every block that becomes evictable later is newer, so freeing its blocks
-                # now is indistinguishable from evicting them one by one later (and saves calls)
+                    cut = short
                 pc[r, w, row, 0] -= cut
                 if np.int64(pc[r, w, row, 0]) == 0:
                     ring_head(pc, wk_i, r, w, n_groups)  # drops it
@@ -195,7 +200,9 @@ def build(jit, jit_inline=None):
                 if np.int64(wk_i[r, w, WI_OLDG]) == g + 2:
                     wk_i[r, w, WI_OLDG] = 0
             pc[r, w, g, 2] += 1
-        if not make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, grow + held):
+        if np.int64(wk_i[r, w, WI_USED]) + grow + held > capacity and not make_room(
+            pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, grow + held
+        ):
             if pfx > 0:
                 pc[r, w, g, 2] -= 1
                 if np.int64(pc[r, w, g, 2]) == 0:

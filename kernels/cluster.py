@@ -133,6 +133,7 @@ from .layout import (
     SI_KCOUNT,
     SI_MEAS,
     SI_NEED,
+    SI_NEXTB,
     SI_OSL,
     SI_PFX,
     SI_PW,
@@ -345,6 +346,29 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         truncate(ip, fp, wk_i, wk_f, r, d, t_ready)
 
     @jit_inline
+    def set_reserve(slot_i, r, s, own, bs):
+        """Request s holds `own` blocks of its own on its decode worker (besides its prefix chain);
+        SI_NEXTB caches the output length they reach, so that a pass end finds who grows by a
+        compare rather than a division per sequence."""
+        slot_i[r, s, SI_RESERVE] = own
+        slot_i[r, s, SI_NEXTB] = (np.int64(slot_i[r, s, SI_PFX]) + own) * bs - np.int64(slot_i[r, s, SI_ISL]) + 1
+
+    @jit_inline
+    def grow_to(slot_i, r, s, gen, bs):
+        """Blocks request s adds so that its steps up to output token `gen` (context isl + gen - 1)
+        have them: a block each B tokens past SI_NEXTB. Returns how many."""
+        nextb = np.int64(slot_i[r, s, SI_NEXTB])
+        if gen <= nextb:
+            return np.int64(0)
+        more = np.int64(0)
+        while gen > nextb:
+            nextb += bs
+            more += 1
+        slot_i[r, s, SI_RESERVE] += more
+        slot_i[r, s, SI_NEXTB] = nextb
+        return more
+
+    @jit_inline
     def held_blocks(slot_i, r, s):
         """Blocks request s holds on its decode worker: its share of its group's prefix chain
         (every flow shares it: Dynamo's replay pins a transfer's resident prefix blocks when it
@@ -480,7 +504,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
                 break
             if cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, pblk - pfx, ip[P_G], ip[P_DKV]) < 0:
                 break
-            slot_i[r, s, SI_RESERVE] = pblk - pfx
+            set_reserve(slot_i, r, s, pblk - pfx, bs)
             slot_i[r, s, SI_RESV] = RESV_HELD
             ready = t
             if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
@@ -516,7 +540,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         if hit < 0:
             rep_i[r, RI_STATUS] = STATUS_OVERCAP  # the test above said it fits
             return False
-        slot_i[r, s, SI_RESERVE] = total - pfx
+        set_reserve(slot_i, r, s, total - pfx, bs)
         if preempted:
             cached = hit + (own if hit == pfx else 0)
             top = (length - 1) // bs  # vLLM recomputes at least the last token
@@ -631,11 +655,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         for i in range(np.int64(wk_i[r, d, WI_NRUN])):
             s = np.int64(run[r, d, i])
             if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
-                ctx = np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN]) + lo - 1
-                own = (ctx + bs - 1) // bs - np.int64(slot_i[r, s, SI_PFX])
-                if own > np.int64(slot_i[r, s, SI_RESERVE]):
-                    growth += own - np.int64(slot_i[r, s, SI_RESERVE])
-                    slot_i[r, s, SI_RESERVE] = own
+                growth += grow_to(slot_i, r, s, np.int64(slot_i[r, s, SI_GEN]) + lo, bs)
         if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
             rep_i[r, RI_STATUS] = STATUS_OVERCAP
 
@@ -998,6 +1018,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         truncate=truncate,
         hand_to_decode=hand_to_decode,
         plan_decode=plan_decode,
+        set_reserve=set_reserve,
+        grow_to=grow_to,
         held_blocks=held_blocks,
         step_extra=step_extra,
         computed_tokens=computed_tokens,

@@ -143,8 +143,9 @@ SI_KCOUNT = 20  # closed loop: requests this client has sent (slot = client)
 SI_RECOMP = 21  # output tokens a preempted request recomputes with its prompt (0 otherwise)
 SI_GHOST = 22  # preempted: ring index of the run it left on its decode worker (GHOST_NONE: none); -1 never preempted
 SI_ADMSEQ = 23  # admission order on its decode worker (RI_ADMSEQ when admitted)
-SI_RESV = 24  # prefill_first: 1 once its blocks are reserved on the decode worker (transfer started)
-NSI = 25
+SI_RESV = 24  # RESV_*: how its decode blocks are taken (prefill_first: reserved for the transfer)
+SI_NEXTB = 25  # the most output tokens its decode blocks hold (SI_PFX + SI_RESERVE) * B - isl + 1
+NSI = 26
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks

@@ -68,10 +68,10 @@ from .layout import (
     SI_KCOUNT,
     SI_MEAS,
     SI_NEED,
+    SI_NEXTB,
     SI_OSL,
     SI_PFX,
     SI_PW,
-    SI_RESERVE,
     SI_STATE,
     ST_FREE,
     STATUS_OVERCAP,
@@ -106,6 +106,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
     heap_pop = heap.pop
     heap_push = heap.push
     cl_finish = cl.finish
+    cl_grow_to = cl.grow_to
     cl_hand_to_decode = cl.hand_to_decode
     cl_new_request = cl.new_request
     cl_plan_decode = cl.plan_decode
@@ -289,12 +290,8 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                 gen += k
                 slot_i[r, s, SI_GEN] = gen
                 # its last step computed context isl + gen - 1: a block more each B tokens
-                ctx = np.int64(slot_i[r, s, SI_ISL]) + gen - 1
-                held = np.int64(slot_i[r, s, SI_PFX]) + np.int64(slot_i[r, s, SI_RESERVE])
-                if ctx > held * bs:
-                    more = (ctx + bs - 1) // bs - held
-                    growth += more
-                    slot_i[r, s, SI_RESERVE] += more
+                if gen > np.int64(slot_i[r, s, SI_NEXTB]):
+                    growth += cl_grow_to(slot_i, r, s, gen, bs)
             if done == need and gen >= np.int64(slot_i[r, s, SI_OSL]):
                 n_live -= 1
                 run[r, d, i] = run[r, d, n_live]
