@@ -27,11 +27,22 @@ from poa_mc.engine import simulate
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
 
-def _cell(n_p: int, n_d: int, c: int, *, flow: str = "prefill_first", groups: int = 16, **cluster) -> CellSpec:
+def _cell(
+    n_p: int,
+    n_d: int,
+    c: int,
+    *,
+    flow: str = "prefill_first",
+    groups: int = 16,
+    isl: int = 4096,
+    osl: int = 256,
+    ratio: float = 0.5,
+    **cluster,
+) -> CellSpec:
     return CellSpec(
         cluster=ClusterSpec(n_prefill=n_p, n_decode=n_d, flow=flow, **cluster),
         workload=WorkloadSpec(
-            isl=Dist("fixed", 4096), osl=Dist("fixed", 256), prefix_groups=groups, prefix_ratio=0.5, concurrency=c
+            isl=Dist("fixed", isl), osl=Dist("fixed", osl), prefix_groups=groups, prefix_ratio=ratio, concurrency=c
         ),
         policy=PolicySpec(kind="kv"),
     )
@@ -46,6 +57,9 @@ REGIMES: dict[str, CellSpec] = {
     "transfer": _cell(1, 4, 32, kv_bytes_per_token=160_000.0, transfer_gbps=50.0),
     "decode_temperature": replace(_cell(1, 4, 16), policy=PolicySpec(kind="kv", temperature=1.0)),
     "aggregated": _cell(0, 4, 256, flow="aggregated"),
+    # the paper's kind of workload: 5 templates of 128 tokens (2 blocks), fully shared
+    "templates_c16": _cell(1, 2, 16, groups=5, isl=128, osl=64, ratio=1.0),
+    "templates_c64": _cell(1, 2, 64, groups=5, isl=128, osl=64, ratio=1.0),
 }
 
 
@@ -140,6 +154,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(REGIMES))
     ap.add_argument("--json", default=None)
     ap.add_argument("--admission", choices=("fcfs", "replay"), default=None, help="cluster.decode_admission")
+    ap.add_argument("--no-recompute-last-block", action="store_true", help="cluster.recompute_last_block = false")
     ap.add_argument("--steady", action="store_true", help="keep the load on to the end (poa-mc's default)")
     ap.add_argument("--compare", metavar="DIR", help="print beside each regime the replay's figures in DIR")
     ap.add_argument("--oracle-args", metavar="NAME", help="print the flags of bench/dynamo_oracle.py for NAME")
@@ -155,6 +170,8 @@ def main() -> int:
         spec = REGIMES[name]
         if a.admission:
             spec = replace(spec, cluster=replace(spec.cluster, decode_admission=a.admission))
+        if a.no_recompute_last_block:
+            spec = replace(spec, cluster=replace(spec.cluster, recompute_last_block=False))
         r = summarise(spec, a.replicas, a.requests, a.seed, drain=not a.steady)
         results[name] = r
         cells = " ".join(f"{r[c]['mean']:16.4g}" for c in cols)

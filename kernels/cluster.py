@@ -87,6 +87,7 @@ from .layout import (
     P_POP,
     P_PROF,
     P_Q,
+    P_RECLAST,
     P_RECORD,
     P_WARM,
     POL_PULL,
@@ -253,6 +254,17 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
     def prefill_span(fp, tokens):
         t = np.float64(tokens)
         return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
+
+    @jit_inline
+    def usable_hit(ip, hit, length):
+        """Cached blocks a prefill can use: vLLM (and Dynamo's simulator) caps a prefix hit at
+        length - 1 tokens in whole blocks, so a fully cached prompt still computes its last block
+        (cluster.recompute_last_block; off, the whole cached prefix counts)."""
+        if ip[P_RECLAST] == 1:
+            top = (length - 1) // ip[P_B]
+            if hit > top:
+                return top
+        return hit
 
     @jit_inline
     def pass_prefill_ms(fp, sum_p, sum_pc, n):
@@ -550,6 +562,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             slot_i[r, s, SI_DONE] = 0
         elif ip[P_FLOW] == FLOW_AGGREGATED:
             # an aggregated worker looks the prefix up when it admits the request, not when routed
+            hit = usable_hit(ip, hit, isl)
             slot_i[r, s, SI_CACHED] = hit
             slot_i[r, s, SI_NEED] = isl - hit * bs
         return True
@@ -933,7 +946,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             slot_i[r, s, SI_PW] = w
             q_push(queue, wk_i, r, w, s, ip[P_Q])
             return
-        ov = cache_overlap(pc, r, w, g, pfx)
+        ov = usable_hit(ip, cache_overlap(pc, r, w, g, pfx), isl)
         need = isl - ov * bs
         slot_i[r, s, SI_CACHED] = ov
         slot_i[r, s, SI_NEED] = need
@@ -1010,6 +1023,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         q_pop=q_pop,
         q_remove=q_remove,
         prefill_span=prefill_span,
+        usable_hit=usable_hit,
         pass_prefill_ms=pass_prefill_ms,
         step_ms=step_ms,
         quadratic_span=quadratic_span,

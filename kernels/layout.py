@@ -71,7 +71,8 @@ P_MAXEVENTS = 32  # safety valve: events per replica
 P_RBASE = 33  # global index of the first replica in this batch (random key)
 P_DADMIT = 34  # DADMIT_*: who a decode worker admits first (see kernels/cluster.py: admit_queue)
 P_DRAIN = 35  # 1: no arrivals after the measured requests (a finite run, as a replay)
-NP_I = 36
+P_RECLAST = 36  # 1: a prefix hit stops short of the prompt's last token (vLLM recomputes it)
+NP_I = 37
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back

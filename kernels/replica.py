@@ -106,6 +106,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
     heap_pop = heap.pop
     heap_push = heap.push
     cl_finish = cl.finish
+    cl_usable_hit = cl.usable_hit
     cl_grow_to = cl.grow_to
     cl_hand_to_decode = cl.hand_to_decode
     cl_new_request = cl.new_request
@@ -153,6 +154,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                     )
                     if hit < 0:
                         break
+                    hit = cl_usable_hit(ip, hit, isl)
                     slot_i[r, s, SI_CACHED] = hit
                     slot_i[r, s, SI_NEED] = isl - hit * bs
                 elif (

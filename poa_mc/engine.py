@@ -175,6 +175,7 @@ def pack_params(
     ip[L.P_NAIVE] = 1 if naive_decode else 0
     ip[L.P_DADMIT] = L.DADMIT_REPLAY if c.decode_admission == "replay" else L.DADMIT_FCFS
     ip[L.P_DRAIN] = 1 if drain else 0
+    ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
     ip[L.P_H] = max(slots, 1)
     osl_max = w.osl.max_value()
     per_req = 8 + (osl_max if naive_decode else 0)

@@ -213,6 +213,7 @@ class ClusterSpec:
     transfer_latency_ms: float = 0.0
     kv_event_delay_ms: float = 0.0
     decode_admission: str = "fcfs"
+    recompute_last_block: bool = True
     max_inflight: int = 4096
 
     def n_workers(self) -> int:

@@ -62,8 +62,11 @@ def test_conservation(flow, policy):
 
 
 def test_fully_cached_prompts_wait_for_no_prefill():
-    # prefix_ratio 1 and a block-sized prompt: after the first request of a group, nothing to prefill
+    # prefix_ratio 1 and a block-sized prompt: after the first request of a group, nothing to
+    # prefill once the whole prompt may hit (recompute_last_block = false; by default the last
+    # block is recomputed: tests/test_engine_fidelity.py)
     spec = cell("decode_first", n_p=1, n_d=2, isl=Dist("fixed", 128), prefix_ratio=1.0, prefix_groups=2)
+    spec = replace(spec, cluster=replace(spec.cluster, recompute_last_block=False))
     res = simulate(spec, **RUN)
     s = res.samples
     assert (s["cached_blocks"] == s["prompt_blocks"]).mean() > 0.9

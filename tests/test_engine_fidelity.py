@@ -147,3 +147,28 @@ def test_decode_temperature_spreads_requests_over_decode_workers():
     # identical requests (common random numbers): only the decode placement differs
     np.testing.assert_array_equal(cold.samples["isl"], warm.samples["isl"])
     assert math.isfinite(warm.samples["ttft_ms"].mean())
+
+
+def test_a_fully_cached_prompt_still_prefills_its_last_block():
+    # vLLM's rule (and Dynamo's simulator's): a prefix hit stops at isl - 1 tokens in whole blocks.
+    # One client, 128-token prompts of one fully shared template (2 blocks): from the second
+    # request on, 1 block hits and the pass computes the last 64 tokens:
+    # prefill(64) = 4.209989e-7 * 64^2 + 1.518344e-2 * 64 + 16.50142 = 17.4749 ms, then the first
+    # decode step at u = 128 / (16384 * 64).
+    spec = _cell(n_d=1, c=1, isl=128, osl=4, ratio=1.0, groups=1, profile=ProfileSpec())
+    res = _run(spec, requests=5)
+    prefill64 = 4.209989e-7 * 64**2 + 1.518344e-2 * 64 + 16.50142
+    u = 128 / (16384 * 64)
+    step = -25.74 * u * u + 54.01 * u + 5.74
+    assert list(res.samples["cached_blocks"][0]) == [0, 1, 1, 1, 1]
+    np.testing.assert_allclose(res.samples["ttft_ms"][0][1:], prefill64 + step, rtol=1e-12)
+    # recompute_last_block = false counts the whole prompt as cached: no prefill time at all
+    whole = CellSpec(
+        cluster=ClusterSpec(n_prefill=1, n_decode=1, recompute_last_block=False),
+        workload=spec.workload,
+        profile=spec.profile,
+        policy=spec.policy,
+    )
+    res = _run(whole, requests=5)
+    assert list(res.samples["cached_blocks"][0]) == [0, 2, 2, 2, 2]
+    np.testing.assert_allclose(res.samples["ttft_ms"][0][1:], step, rtol=1e-12)
