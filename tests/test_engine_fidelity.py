@@ -11,7 +11,7 @@ import pytest
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, NWI, RI_DECIDE, WI_AB
 
-from poa_mc.engine import simulate
+from poa_mc.engine import EngineError, simulate
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 DET = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.0, decode_ms=1.0)
@@ -172,3 +172,32 @@ def test_a_fully_cached_prompt_still_prefills_its_last_block():
     res = _run(whole, requests=5)
     assert list(res.samples["cached_blocks"][0]) == [0, 2, 2, 2, 2]
     np.testing.assert_allclose(res.samples["ttft_ms"][0][1:], step, rtol=1e-12)
+
+
+def test_drain_ends_the_run_with_the_measured_requests():
+    spec = _cell(n_d=2, c=8, isl=256, osl=20, ratio=0.5, groups=2, profile=ProfileSpec())
+    steady = _run(spec, requests=50, replicas=2)
+    finite = _run(spec, requests=50, replicas=2, drain=True)
+    assert (finite.replica["simulated"] == 50).all()  # no arrival after the measured ones
+    assert (steady.replica["simulated"] > 50).all()  # the load stays on until the last one ends
+    assert (finite.replica["written"] == 50).all()
+
+
+def test_the_replays_admission_rule_starves_preempted_requests_without_a_drain():
+    # Dynamo's replay admits arrived transfers first and holds preempted requests back while any
+    # transfer waits for blocks: under sustained pressure there always is one (docs/engine.md)
+    spec = _cell(n_d=2, c=24, isl=300, osl=150, ratio=0.4, groups=3, decode_kv_blocks=30, profile=ProfileSpec())
+    replay = CellSpec(
+        cluster=ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=30, decode_admission="replay"),
+        workload=spec.workload,
+        profile=spec.profile,
+        policy=spec.policy,
+    )
+    with pytest.raises(EngineError, match="decode_admission = replay starves"):
+        _run(replay, requests=200, replicas=2)
+    finite = _run(replay, requests=200, replicas=2, drain=True)
+    fcfs = _run(spec, requests=200, replicas=2, drain=True)
+    assert (finite.replica["written"] == 200).all() and finite.replica["preemptions"].sum() > 0
+    # transfers first: new requests start sooner, preempted ones resume later, than under fcfs
+    assert finite.samples["ttft_ms"].mean() < fcfs.samples["ttft_ms"].mean()
+    assert finite.samples["itl_ms"].mean() > fcfs.samples["itl_ms"].mean()
