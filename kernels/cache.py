@@ -15,22 +15,15 @@ Blocks live in two kinds of runs, both in the `pc` array (layout.py):
 Eviction takes the oldest stamp first, the tail of a run first (vLLM frees a request's blocks in
 reverse order, so its unique tail goes before its prefix): one release stamps its unique run
 before its chain. So partial hits happen, as in Dynamo's block manager. An anonymous run older
-than every evictable chain is freed whole when eviction reaches it: nothing can hit it and all
-that becomes evictable later is newer, so no result changes, and the next allocations find free
-blocks without evicting again. If the ring is full, its two oldest runs merge into one with the
-newer stamp (the older blocks then outlive a few chains they would have preceded);
-`rep_i[r, RI_MERGES]` counts merges, and the host sizes the ring so that a workload of fixed
-lengths never merges. Ring rows are not initialised by the kernel: the buffers are allocated
-zeroed and WI_AH/WI_AN say which rows are live.
-
-`wk_i[r, w, WI_USED]` counts every resident block (pinned, held or evictable) and
-`wk_i[r, w, WI_FREE]` the evictable ones, so a request fits when `need <= capacity - USED + FREE`.
-
-The router learns of chain changes through events (Dynamo's KV store/evict events): with a delay
-d > 0 each change is queued in the ring `ev` and applied to the router's copy `pc[.., 3]` d ms
-later (`deliver`); with d = 0 the copy is updated at once. If the event ring is full, its oldest
-event is delivered early (the ring holds 4 events per request slot, more than a replica produces
-within any realistic delay).
+than every evictable chain is freed whole when eviction reaches it, and so are the anonymous ones
+after it while they are older too: nothing can hit them and all that becomes evictable later is
+newer, so no result changes, and the next allocations find free blocks without evicting again.
+If the ring is full, its two oldest runs merge into one with the newer stamp (the older blocks
+then outlive a few chains they would have preceded);
+`rep_i[r, RI_MERGES]` counts merges. With fixed lengths the host sizes the ring for every run a
+worker's blocks can hold plus one per request slot, up to 1,024 runs (engine.ring_runs). Ring rows
+are not initialised by the kernel: the buffers are allocated zeroed and WI_AH/WI_AN say which rows
+are live.
 """
 
 import numpy as np
