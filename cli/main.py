@@ -22,6 +22,7 @@ import poa_mc
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_GRID = "quickstart"
+_RENAMED = {"paper-70b": "paper-70b-1p2d and paper-70b-1p5d"}
 
 
 class BadInput(Exception):
@@ -55,6 +56,8 @@ def resolve_grid_path(arg: str | None) -> Path:
     grids = builtin_grids()
     if arg in grids:
         return grids[arg]
+    if arg in _RENAMED:
+        raise BadInput(f"--grid: {arg!r} was replaced by {_RENAMED[arg]} (Dynamo 0.9's prefill-first path)")
     raise BadInput(f"--grid: {arg!r} is neither a file nor a built-in grid ({', '.join(grids)})")
 
 

@@ -31,15 +31,15 @@ from .layout import (
     F_EVDELAY,
     F_ISL_MU,
     F_ISL_SIG,
-    F_OMEGA,
     F_OSL_MU,
     F_OSL_SIG,
+    F_OVH_PASS,
+    F_OVH_REQ,
     F_P0,
     F_P1,
     F_P2,
     F_RATIO,
     F_SVC,
-    F_TAU,
     F_THINK,
     F_XFER_LAT,
     F_XFER_TOK,
@@ -47,6 +47,7 @@ from .layout import (
     FLOW_PREFILL_FIRST,
     GHOST_NONE,
     OF_ARR,
+    OF_DDEC,
     OF_DWAIT,
     OF_E2E,
     OF_ITL,
@@ -54,17 +55,22 @@ from .layout import (
     OF_TTFT,
     OI_CACHED,
     OI_CHOSEN,
+    OI_DADD_B,
+    OI_DADD_T,
     OI_DONE,
     OI_DW,
     OI_GRP,
     OI_ISL,
     OI_OSL,
+    OI_PADD_B,
+    OI_PADD_T,
     OI_PBLK,
     OI_PW,
     OI_SEQ,
     P_ARRIVAL,
     P_B,
     P_BUDGET,
+    P_CTL,
     P_D,
     P_DADMIT,
     P_DKV,
@@ -73,7 +79,6 @@ from .layout import (
     P_ISL_A,
     P_ISL_B,
     P_ISL_KIND,
-    P_K,
     P_MAXLOCAL,
     P_MAXSEQ,
     P_N,
@@ -90,6 +95,7 @@ from .layout import (
     P_RECLAST,
     P_RECORD,
     P_WARM,
+    POL_ORACLE,
     POL_PULL,
     PROF_DET,
     PROF_EXP,
@@ -99,7 +105,10 @@ from .layout import (
     RESV_PENDING,
     RF_FIRST_ARR,
     RF_LAST_DONE,
+    RF_OMEGA,
+    RF_TAU,
     RI_ADMSEQ,
+    RI_DECIDE,
     RI_DONE_MEAS,
     RI_FREE_TOP,
     RI_INFLIGHT,
@@ -156,6 +165,7 @@ from .layout import (
     WI_FREE,
     WI_MIXED,
     WI_NRUN,
+    WI_PASS_K,
     WI_QH,
     WI_QN,
     WI_SEG_M,
@@ -165,9 +175,10 @@ from .layout import (
 )
 
 INF = math.inf
+_ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses 100 + i)
 
 
-def build(jit, rng, cache, router, heap, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_below = rng.below
     rng_client_request_id = rng.client_request_id
@@ -186,6 +197,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
     router_cand_tokens = router.cand_tokens
     router_choose = router.choose
     heap_push = heap.push
+    ctl_tick = controller.tick
+    ctl_observe = controller.observe
     uniform = rng.uniform
 
     # ---------------------------------------------------------------- request attributes
@@ -696,7 +709,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         return lo
 
     @jit_inline
-    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t):
+    def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t):
         bs = ip[P_B]
         prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
         kv_cap = ip[P_DKV]
@@ -818,6 +831,9 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             ):
                 slot_i[r, s, SI_FRESH] = 0
                 slot_f[r, s, SF_FIRST] = first
+                if ip[P_CTL] == 1:
+                    ctl_tick(ip, fp, rep_i, rep_f, r, t)
+                    ctl_observe(ip, rep_i, rep_f, r, first - slot_f[r, s, SF_ARR], first)
         wk_f[r, d, WF_BUSY] = t + dur
         if first_ready > t and first_ready < INF:
             truncate(ip, fp, wk_i, wk_f, r, d, first_ready)
@@ -891,20 +907,94 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         slot_f[r, s, SF_SVC] = svc
 
     @jit_inline
-    def record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo):
+    def record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo, k, with_overlap):
+        """The router's view of workers lo..lo+k-1 at this decision, in their global columns.
+        The decode choice of prefill_first ignores overlap unless its weight is > 0."""
         meas = np.int64(slot_i[r, s, SI_MEAS])
         if ip[P_RECORD] == 0 or meas < 0:
             return
         g = np.int64(slot_i[r, s, SI_GRP])
-        pfx = np.int64(slot_i[r, s, SI_PFX])
+        pfx = np.int64(slot_i[r, s, SI_PFX]) if with_overlap else np.int64(0)
         isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + ip[P_B] - 1) // ip[P_B]
-        for i in range(ip[P_K]):
-            cand[r, meas, i, 0] = router_cand_tokens(wk_i, pc, r, lo + i, g, pfx, isl, ip[P_B])
-            cand[r, meas, i, 1] = router_cand_blocks(wk_i, pc, r, lo + i, g, pfx, pblk)
+        for w in range(lo, lo + k):
+            cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, g, pfx, isl, ip[P_B])
+            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
+
+    @jit
+    def pick_least(rep_i, key, dec, best, best_v, ties, w, v):
+        """One step of an argmin with ties broken uniformly at random (reservoir over the tied
+        set): returns (best, best_v, ties) after candidate w of value v."""
+        if best < 0 or v < best_v:
+            return w, v, np.int64(1)
+        if v == best_v:
+            ties += 1
+            if uniform(key, dec, np.int64(_ORACLE_B0) + w) * ties < 1.0:
+                return w, v, ties
+        return best, best_v, ties
+
+    @jit
+    def oracle_prefill(ip, fp, slot_i, wk_i, wk_f, pc, queue, rep_i, r, key, s, lo, k, t):
+        """The prefill worker with the least predicted time to this request's prefill end, from the
+        true state: the rest of the pass in progress, then one pass of the queued uncached tokens
+        and its own (true overlap), with the host time of each request."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        bs = ip[P_B]
+        g = np.int64(slot_i[r, s, SI_GRP])
+        pfx = np.int64(slot_i[r, s, SI_PFX])
+        isl = np.int64(slot_i[r, s, SI_ISL])
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for w in range(lo, lo + k):
+            rest = wk_f[r, w, WF_BUSY] - t if wk_f[r, w, WF_BUSY] < INF else 0.0
+            queued = np.int64(0)
+            nq = np.int64(wk_i[r, w, WI_QN])
+            for i in range(np.int64(wk_i[r, w, WI_PASS_K]), nq):
+                q = q_at(queue, wk_i, r, w, i, ip[P_Q])
+                # a request not yet looked up needs its whole prompt so far: an upper bound
+                queued += np.int64(slot_i[r, q, SI_NEED]) - np.int64(slot_i[r, q, SI_DONE])
+            own = isl - usable_hit(ip, cache_overlap(pc, r, w, g, pfx), isl) * bs
+            waiting = nq - np.int64(wk_i[r, w, WI_PASS_K]) + 1
+            v = rest + prefill_span(fp, queued + own) + fp[F_OVH_PASS] + waiting * fp[F_OVH_REQ]
+            best, best_v, ties = pick_least(rep_i, key, dec, best, best_v, ties, w, v)
+        return best
+
+    @jit
+    def oracle_decode(ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, lo, k, t):
+        """The decode worker with the least predicted wait for this request's first token, from the
+        true state: the step in progress (a ready request joins at the next step boundary), a step
+        for each request queued ahead of it (a boundary admits them in turn), then one step over
+        the running set's context, the queued prompts and its own; a worker whose free blocks
+        cannot take its prompt (it would wait for a completion) only as a last resort."""
+        dec = rep_i[r, RI_DECIDE]
+        rep_i[r, RI_DECIDE] = dec + 1
+        bs = ip[P_B]
+        isl = np.int64(slot_i[r, s, SI_ISL])
+        pblk = (isl + bs - 1) // bs
+        cap = np.float64(ip[P_DKV] * bs)
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for d in range(lo, lo + k):
+            ctx = np.int64(0)
+            for i in range(np.int64(wk_i[r, d, WI_NRUN])):
+                ctx += computed_tokens(slot_i, r, np.int64(run[r, d, i])) + 1
+            for i in range(np.int64(wk_i[r, d, WI_QN])):
+                ctx += np.int64(slot_i[r, q_at(queue, wk_i, r, d, i, ip[P_Q]), SI_ISL])
+            step = step_ms(fp, np.float64(ctx), cap)
+            v = step_ms(fp, np.float64(ctx + isl), cap) + np.int64(wk_i[r, d, WI_QN]) * step
+            if wk_f[r, d, WF_BUSY] < INF:
+                v += min(wk_f[r, d, WF_BUSY] - t, step)
+            avail = ip[P_DKV] - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
+            if pblk > avail:
+                v += 1e12
+            best, best_v, ties = pick_least(rep_i, key, dec, best, best_v, ties, d, v)
+        return best
 
     @jit_inline
-    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, out_i, cand, r, key, s, t):
+    def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, t):
         """The router's decision for a new request (REFERENCE section 3): a prefill worker in
         prefill_first, a decode worker otherwise."""
         n_p = ip[P_NP]
@@ -926,14 +1016,19 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         slot_i[r, s, SI_STATE] = ST_PREFILL
         lo = np.int64(0) if prefill_first else n_p
         k = n_p if prefill_first else n_d
-        record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo)
+        record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo, k, True)
         if prefill_first and policy == POL_PULL:
             q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
             return
         by_tokens = np.int64(1) if prefill_first else np.int64(0)
-        w = router_choose(
-            policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, fp[F_OMEGA], fp[F_TAU], ip[P_D], by_tokens
-        )
+        ctl_tick(ip, fp, rep_i, rep_f, r, t)
+        if policy == POL_ORACLE:
+            w = oracle_prefill(ip, fp, slot_i, wk_i, wk_f, pc, queue, rep_i, r, key, s, lo, k, t)
+        else:
+            w = router_choose(
+                policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, rep_f[r, RF_OMEGA], rep_f[r, RF_TAU],
+                ip[P_D], by_tokens,
+            )  # fmt: skip
         # the router books what it believes; workers compute against what they really hold
         seen = cache_seen_overlap(pc, r, w, g, pfx)
         slot_i[r, s, SI_APT] = isl - seen * bs
@@ -942,6 +1037,13 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         wk_i[r, w, WI_AB] += pblk - seen
         if meas >= 0:
             out_i[r, meas, OI_CHOSEN] = w - lo
+            if prefill_first:
+                out_i[r, meas, OI_PADD_T] = isl - seen * bs
+                out_i[r, meas, OI_PADD_B] = pblk - seen
+            else:
+                out_i[r, meas, OI_DADD_T] = isl - seen * bs
+                out_i[r, meas, OI_DADD_B] = pblk - seen
+                out_f[r, meas, OF_DDEC] = t
         if prefill_first:
             slot_i[r, s, SI_PW] = w
             q_push(queue, wk_i, r, w, s, ip[P_Q])
@@ -972,10 +1074,7 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
             pc, wk_i, rep_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]), keep,
             np.int64(-1), ip[P_G],
         )  # fmt: skip
-        if ip[P_FLOW] == FLOW_PREFILL_FIRST:
-            wk_i[r, d, WI_AB] -= pblk
-        else:
-            wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+        wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
         meas = np.int64(slot_i[r, s, SI_MEAS])
         if meas >= 0:
             arr = slot_f[r, s, SF_ARR]
@@ -1050,5 +1149,8 @@ def build(jit, rng, cache, router, heap, jit_inline=None):
         start_running=start_running,
         new_request=new_request,
         route=route,
+        oracle_prefill=oracle_prefill,
+        oracle_decode=oracle_decode,
+        record_candidates=record_candidates,
         finish=finish,
     )

@@ -27,10 +27,14 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   heap_t float64 (R, H)         min-heap of client wake-up times (closed loop)
   heap_c int32 (R, H)           client id of each heap entry
   rep_i int64 (R, NRI)          replica counters, indices RI_*
-  rep_f float64 (R, NRF)        replica clocks, indices RF_*
+  rep_f float64 (R, NRF + 2 CW + 3 CS)  replica clocks, indices RF_*; then, with the adaptive
+                                controller (kernels/controller.py), a ring of the CW most recent
+                                first tokens (TTFT ms, time observed ms) at NRF + 2 i, and a log of
+                                its first CS regime switches (time ms, from, to) at NRF + 2 CW + 3 j
   out_f float64 (R, N, NOF)     measured request outputs, indices OF_*
   out_i int32 (R, N, NOI)       measured request outputs, indices OI_*
-  cand  float64 (R, N, K, 2)    router view per candidate: [tokens, blocks]
+  cand  float64 (R, N, W, 2)    router view per candidate worker (global index): [tokens, blocks],
+                                the prefill stage in columns 0..NP-1, the decode stage in NP..
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 """
 
@@ -62,7 +66,7 @@ P_S = 23  # request slots
 P_Q = 24  # queue capacity
 P_PROF = 25  # PROF_*
 P_RECORD = 26  # 1: record router candidates
-P_K = 27  # candidates per decision
+P_K = 27  # unused (the candidate columns are the workers, see cand)
 P_SEED = 28
 P_STREAM = 29
 P_NAIVE = 30  # 1: step decode one step per event (reference for the closed form)
@@ -72,7 +76,10 @@ P_RBASE = 33  # global index of the first replica in this batch (random key)
 P_DADMIT = 34  # DADMIT_*: who a decode worker admits first (see kernels/cluster.py: admit_queue)
 P_DRAIN = 35  # 1: no arrivals after the measured requests (a finite run, as a replay)
 P_RECLAST = 36  # 1: a prefix hit stops short of the prompt's last token (vLLM recomputes it)
-NP_I = 37
+P_CTL = 37  # 1: the adaptive controller retunes (omega, tau) during the run (kernels/controller.py)
+P_CTL_WIN = 38  # controller: first tokens in its sliding window (CW)
+P_CTL_LOG = 39  # controller: switches logged per replica (CS)
+NP_I = 40
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
@@ -87,6 +94,7 @@ POL_RANDOM = 2
 POL_LEAST_LOADED = 3
 POL_POWER_OF_D = 4
 POL_PULL = 5
+POL_ORACLE = 6  # prefill_first: least predicted TTFT from the true state (cluster.py: oracle_*)
 
 DIST_FIXED = 0
 DIST_UNIFORM = 1
@@ -117,7 +125,18 @@ F_SVC = 15  # theory profiles: mean prefill service time, ms
 F_XFER_TOK = 16  # KV transfer, ms per token
 F_XFER_LAT = 17  # KV transfer fixed latency, ms
 F_EVDELAY = 18  # delay before the router sees a cache store/evict event, ms
-NF_P = 19
+F_DOMEGA = 19  # prefill_first: overlap weight of the decode choice (0: fewest active blocks, Dynamo's)
+F_CTL_PERIOD = 20  # controller: control period, ms
+F_CTL_ALPHA = 21  # controller: EWMA weight of the newest P99
+F_CTL_TH1 = 22  # controller: EWMA TTFT P99 (ms) from which the regime is "transition"
+F_CTL_TH2 = 23  # controller: ... "saturated"
+F_CTL_HYST = 24  # controller: relative margin a threshold must be crossed by
+F_CTL_DWELL = 25  # controller: minimum time between switches, ms
+F_CTL_TAU = 26  # controller: temperature of regimes 0, 1, 2 (26, 27, 28)
+F_CTL_OMEGA = 29  # controller: overlap weight of regimes 0, 1, 2 (29, 30, 31)
+F_OVH_PASS = 32  # prefill worker: host time per scheduler pass, ms
+F_OVH_REQ = 33  # prefill worker: host time per request in a pass, ms
+NF_P = 34
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -136,7 +155,8 @@ SI_DW = 12  # decode worker (global index)
 SI_STATE = 13  # ST_*
 SI_RESERVE = 14  # blocks held on the decode worker
 SI_APT = 15  # tokens added to the router's active prefill tokens
-SI_ABP = 16  # blocks added to the router's active blocks of the prefill-side choice
+SI_ABP = 16  # blocks added to the router's active blocks (prefill_first: of the prefill choice until
+# the prefill ends, then of the decode choice)
 SI_ADMIT = 17  # 1 once admitted to a prefill pass (cache looked up, blocks held)
 SI_MEAS = 18  # output row, -1 if not measured
 SI_FRESH = 19  # 1 until its first decode step has run
@@ -211,13 +231,23 @@ RI_EVN = 12  # router event ring: length
 RI_MERGES = 13  # released-run ring merges (cache.py)
 RI_PREEMPT = 14  # decode preemptions
 RI_ADMSEQ = 15  # decode admissions so far (admission order, for the newest-first preemption)
-NRI = 16
+RI_REGIME = 16  # controller: current regime (0 below, 1 transition, 2 saturated)
+RI_SWITCHES = 17  # controller: regime switches so far
+RI_TTH = 18  # controller: next write position in the first-token ring
+RI_TTN = 19  # controller: entries in the first-token ring
+NRI = 20
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time
 RF_FIRST_ARR = 2  # first measured arrival
 RF_LAST_DONE = 3  # last measured completion
-NRF = 4
+RF_OMEGA = 4  # the router's overlap weight now (the policy's, or the controller's regime row)
+RF_TAU = 5  # the router's temperature now
+RF_EWMA = 6  # controller: EWMA of the window's TTFT P99, ms (-1 before the first)
+RF_CTL_NEXT = 7  # controller: time of the next control step
+RF_LASTSW = 8  # controller: time of the last switch (start of the current regime)
+RF_REGT = 9  # controller: time spent in regimes 0, 1, 2 before the current one (9, 10, 11)
+NRF = 12
 
 # ---- outputs ----
 OF_ARR = 0
@@ -226,7 +256,8 @@ OF_E2E = 2
 OF_ITL = 3
 OF_PWAIT = 4
 OF_DWAIT = 5
-NOF = 6
+OF_DDEC = 6  # when the decode worker was chosen (arrival, or prefill end in prefill_first)
+NOF = 7
 
 OI_SEQ = 0
 OI_ISL = 1
@@ -238,7 +269,11 @@ OI_PW = 6
 OI_DW = 7
 OI_CHOSEN = 8
 OI_DONE = 9  # 1 once written (conservation check)
-NOI = 10
+OI_PADD_T = 10  # prefill_first: prompt tokens the prefill choice booked on its worker
+OI_PADD_B = 11  # prefill_first: blocks the prefill choice booked
+OI_DADD_T = 12  # tokens the decode choice booked on its worker
+OI_DADD_B = 13  # blocks the decode choice booked
+NOI = 14
 
 RNG_F_ISL = 1
 RNG_F_OSL = 2

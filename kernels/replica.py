@@ -6,17 +6,25 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    F_DOMEGA,
     F_EVDELAY,
+    F_OMEGA,
+    F_OVH_PASS,
+    F_OVH_REQ,
     F_RATE,
     F_TAU,
     F_XFER_LAT,
     F_XFER_TOK,
     FLOW_PREFILL_FIRST,
+    OF_DDEC,
     OI_CHOSEN,
+    OI_DADD_B,
+    OI_DADD_T,
     P_ARRIVAL,
     P_B,
     P_BUDGET,
     P_C,
+    P_CTL,
     P_DKV,
     P_DRAIN,
     P_FLOW,
@@ -36,12 +44,15 @@ from .layout import (
     P_STREAM,
     P_WARM,
     POL_KV,
+    POL_ORACLE,
     POL_PULL,
     PROF_POLY,
     RESV_ADMIT,
     RESV_PENDING,
     RF_NEXT_ARR,
+    RF_OMEGA,
     RF_T,
+    RF_TAU,
     RI_DONE_MEAS,
     RI_EVENTS,
     RI_FREE_TOP,
@@ -50,6 +61,7 @@ from .layout import (
     RI_SEQ,
     RI_STATUS,
     RNG_F_GAP,
+    SF_ARR,
     SF_FIRST,
     SF_SVC,
     SF_TPF,
@@ -93,7 +105,7 @@ STATUS_STALL = 3
 # STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
-def build(jit, rng, cache, router, heap, cl, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -102,7 +114,13 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
     cache_release = cache.release
     cache_grow = cache.grow
     router_fewest_blocks = router.fewest_blocks
-    router_sample_blocks = router.sample_blocks
+    router_decode_choice = router.decode_choice
+    cache_seen_overlap = cache.seen_overlap
+    ctl_start = controller.start
+    ctl_tick = controller.tick
+    ctl_observe = controller.observe
+    cl_record_candidates = cl.record_candidates
+    cl_oracle_decode = cl.oracle_decode
     heap_pop = heap.pop
     heap_push = heap.push
     cl_finish = cl.finish
@@ -205,10 +223,14 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             dur = cl_pass_prefill_ms(fp, sum_p, sum_pc, n_tok)
         else:
             dur = svc
+        # host work of a pass and of each request in it (scheduling, transfer set-up), serial
+        dur += fp[F_OVH_PASS] + n * fp[F_OVH_REQ]
         wk_f[r, w, WF_BUSY] = t + dur
 
     @jit_inline
-    def prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t):
+    def prefill_done(
+        ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, w, t
+    ):
         bs = ip[P_B]
         g = np.int64(slot_i[r, s, SI_GRP])
         isl = np.int64(slot_i[r, s, SI_ISL])
@@ -217,11 +239,30 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             # the prefill worker keeps the KV until the decode worker has it (plan_decode frees it)
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
             wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
-            if fp[F_TAU] > 0.0 and ip[P_POLICY] == POL_KV:
-                d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], fp[F_TAU])
+            omega_d = fp[F_DOMEGA]
+            cl_record_candidates(ip, slot_i, wk_i, pc, cand, r, s, ip[P_NP], ip[P_ND], omega_d > 0.0)
+            pfx = np.int64(slot_i[r, s, SI_PFX])
+            if ip[P_POLICY] == POL_ORACLE:
+                d = cl_oracle_decode(
+                    ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], ip[P_ND], t
+                )
+            elif ip[P_POLICY] == POL_KV:
+                ctl_tick(ip, fp, rep_i, rep_f, r, t)
+                d = router_decode_choice(
+                    wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
+                )
             else:
                 d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
-            wk_i[r, d, WI_AB] += pblk
+            booked = pblk
+            if omega_d > 0.0:
+                booked = pblk - cache_seen_overlap(pc, r, d, g, pfx)
+            wk_i[r, d, WI_AB] += booked
+            slot_i[r, s, SI_ABP] = booked
+            meas = np.int64(slot_i[r, s, SI_MEAS])
+            if meas >= 0:
+                out_i[r, meas, OI_DADD_T] = 0
+                out_i[r, meas, OI_DADD_B] = booked
+                out_f[r, meas, OF_DDEC] = t
             # its decode worker reserves blocks at its next pass boundary, then the transfer runs
             cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t, np.int64(RESV_PENDING))
             return
@@ -237,7 +278,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
         cl_hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t + xfer, np.int64(RESV_ADMIT))
 
     @jit_inline
-    def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t):
+    def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, w, t):
         qcap = ip[P_Q]
         for i in range(np.int64(wk_i[r, w, WI_PASS_K])):
             s = cl_q_at(queue, wk_i, r, w, i, qcap)
@@ -252,7 +293,9 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             ):
                 break
             cl_q_pop(queue, wk_i, r, w, qcap)
-            prefill_done(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, s, w, t)
+            prefill_done(
+                ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, w, t
+            )
 
     @jit_inline
     def decode_end(
@@ -283,6 +326,9 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                     # a pass that completes a (re)computed prompt emits its next token
                     if slot_f[r, s, SF_FIRST] < 0.0:
                         slot_f[r, s, SF_FIRST] = t
+                        if ip[P_CTL] == 1:
+                            ctl_tick(ip, fp, rep_i, rep_f, r, t)
+                            ctl_observe(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_ARR], t)
                     slot_i[r, s, SI_FRESH] = 0
                     gen += 1
                     slot_i[r, s, SI_GEN] = gen
@@ -311,10 +357,11 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
 
     @jit_inline
     def arrive(
-        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_i, cand, r, key, s, rid, t
-    ):
+        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, rid,
+        t,
+    ):  # fmt: skip
         cl_new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
-        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, out_i, cand, r, key, s, t)
+        cl_route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, t)
 
     @jit
     def simulate_replica(
@@ -359,6 +406,10 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             rep_i[r, j] = 0
         for j in range(rep_f.shape[1]):
             rep_f[r, j] = 0.0
+        rep_f[r, RF_OMEGA] = fp[F_OMEGA]
+        rep_f[r, RF_TAU] = fp[F_TAU]
+        if ip[P_CTL] == 1:
+            ctl_start(ip, fp, rep_i, rep_f, r)
         for s in range(n_s):
             slot_i[r, s, SI_STATE] = ST_FREE
             slot_i[r, s, SI_CLIENT] = s
@@ -393,7 +444,10 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
             rep_f[r, RF_T] = t
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == t:
-                    prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_i, r, key, w, t)
+                    prefill_end(
+                        ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, w,
+                        t,
+                    )  # fmt: skip
             for d in range(n_p, n_w):
                 if wk_f[r, d, WF_BUSY] == t:
                     decode_end(
@@ -446,8 +500,8 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                     rid = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = rid + 1
                 arrive(
-                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_i, cand, r, key,
-                    s, rid, t,
+                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r,
+                    key, s, rid, t,
                 )  # fmt: skip
                 if not closed:
                     rep_f[r, RF_NEXT_ARR] += rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
@@ -460,7 +514,7 @@ def build(jit, rng, cache, router, heap, cl, jit_inline=None):
                 if wk_f[r, d, WF_BUSY] == INF and (
                     np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
                 ):
-                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t)
+                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t)
             rep_i[r, RI_EVENTS] += 1
             if rep_i[r, RI_EVENTS] >= ip[P_MAXEVENTS]:
                 rep_i[r, RI_STATUS] = STATUS_EVENTS

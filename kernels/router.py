@@ -174,7 +174,20 @@ def build(jit, rng, cache):
             True,
         )
 
+    @jit
+    def decode_choice(wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau):
+        """The decode choice of prefill_first. Dynamo forces the overlap weight to 0 there: the
+        fewest active blocks (the request's own blocks are a constant), softmax at tau > 0. With
+        omega_d > 0 (a decode router that chases overlap, for study) it is the kv choice over the
+        decode workers' caches with that weight."""
+        if omega_d > 0.0:
+            return choose(POL_KV, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau, 0, 0)
+        if tau > 0.0:
+            return sample_blocks(wk_i, pc, rep_i, r, key, lo, k, tau)
+        return fewest_blocks(wk_i, rep_i, r, key, lo, k)
+
     return Namespace(
+        decode_choice=decode_choice,
         cand_tokens=cand_tokens,
         cand_blocks=cand_blocks,
         kv_cost=kv_cost,

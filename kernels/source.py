@@ -4,7 +4,7 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import cache, cluster, heap, replica, rng, router
+from . import cache, cluster, controller, heap, replica, rng, router
 from ._ns import Namespace
 
 
@@ -17,6 +17,10 @@ def build(jit, jit_inline=None) -> Namespace:
     c = cache.build(jit, jit_inline)
     ro = router.build(jit, r, c)
     h = heap.build(jit)
-    cl = cluster.build(jit, r, c, ro, h, jit_inline)
-    rep = replica.build(jit, r, c, ro, h, cl, jit_inline)
-    return Namespace(rng=r, cache=c, router=ro, heap=h, cluster=cl, replica=rep, simulate_replica=rep.simulate_replica)
+    ctl = controller.build(jit)
+    cl = cluster.build(jit, r, c, ro, h, ctl, jit_inline)
+    rep = replica.build(jit, r, c, ro, h, ctl, cl, jit_inline)
+    return Namespace(
+        rng=r, cache=c, router=ro, heap=h, controller=ctl, cluster=cl, replica=rep,
+        simulate_replica=rep.simulate_replica,
+    )  # fmt: skip

@@ -20,13 +20,15 @@ from typing import Any
 
 import tomllib
 
-from poa_mc.spec import ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.spec import REGIMES, ClusterSpec, ControllerSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 from poa_mc.traces import FORMATS as TRACE_FORMATS
 
 BACKENDS = ("auto", "cpu", "cuda")
 SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
 POA_COSTS = ("router", "ttft", "observed")
-SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "poa")
+POA_STAGES = ("auto", "prefill", "decode")
+POA_PRICINGS = ("slot", "frozen")
+SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa")
 TOPOLOGY_RE = re.compile(r"^(\d+)P/(\d+)D$")
 
 
@@ -55,10 +57,18 @@ class PoaSection:
     social_cost: str = "mean_ttft"
     window: int = 8
     cost: str = "router"
-    slots: int = 0  # 0 = ceil(window / K), K = candidate workers of the cell
+    slots: int = 0  # 0: the pricing's default (slot: window; frozen: ceil(window / K))
     overlap_weight: float = 1.0
     freeze: bool = True
     bootstrap: int = 1000
+    stage: str = "auto"  # which routing decision PoA-hat is over (auto, prefill, decode)
+    pricing: str = "slot"  # how OPT prices a worker's j-th request of a window (slot, frozen)
+
+    def slots_for(self, k: int) -> int:
+        """Columns each of k workers gets in a window's assignment."""
+        if self.slots:
+            return self.slots
+        return self.window if self.pricing == "slot" else -(-self.window // k)
 
 
 @dataclass(frozen=True)
@@ -439,10 +449,47 @@ _POLICY_FIELDS = {
     "overlap_weight": (float, 1.0),
     "temperature": (float, 0.0),
     "d": (int, 2),
+    "decode_overlap_weight": (float, 0.0),
+}
+
+_CONTROLLER_FIELDS = {
+    f.name: (f.type if isinstance(f.type, type) else {"float": float, "int": int, "str": str}[f.type], f.default)
+    for f in dataclasses.fields(ControllerSpec)
+    if f.name not in ("temperature", "overlap_weight")
 }
 
 
-def _parse_policies(doc: dict) -> tuple[PolicySpec, ...]:
+def _parse_controller(doc: dict) -> ControllerSpec:
+    """[controller]: scalar keys, and one sub-table per regime with its router settings."""
+    table = dict(_table(doc, "controller", "controller"))
+    rows = {}
+    for regime in REGIMES:
+        if regime in table:
+            rows[regime] = _read_fields(
+                _table(table, regime, f"controller.{regime}"),
+                {"temperature": (float, None), "overlap_weight": (float, None)},
+                f"controller.{regime}",
+            )
+            del table[regime]
+    _check_keys(table, {**_CONTROLLER_FIELDS, **dict.fromkeys(REGIMES)}, "controller")
+    f = _read_fields(table, _CONTROLLER_FIELDS, "controller")
+    base = ControllerSpec()
+    tau, omega = list(base.temperature), list(base.overlap_weight)
+    for i, regime in enumerate(REGIMES):
+        row = rows.get(regime, {})
+        if row.get("temperature") is not None:
+            tau[i] = row["temperature"]
+        if row.get("overlap_weight") is not None:
+            omega[i] = row["overlap_weight"]
+    spec = ControllerSpec(**f, temperature=tuple(tau), overlap_weight=tuple(omega))
+    try:
+        spec.validate("controller")
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    return spec
+
+
+def _parse_policies(doc: dict, controller: ControllerSpec) -> tuple[PolicySpec, ...]:
     if "policy" not in doc:
         raise ConfigError("policy", "at least one [[policy]] table is required")
     tables = doc["policy"]
@@ -462,7 +509,8 @@ def _parse_policies(doc: dict) -> tuple[PolicySpec, ...]:
         if not f["name"] or "/" in f["name"]:
             raise ConfigError(f"{path}.name", f"must be non-empty and contain no '/', got {f['name']!r}")
         names[f["name"]] = i
-        spec = PolicySpec(**f)
+        # only adaptive policies carry the [controller] table: other cells keep their ids
+        spec = PolicySpec(**f, controller=controller if f["kind"] == "adaptive" else ControllerSpec())
         try:
             spec.validate(path)
         except SpecError as e:
@@ -483,6 +531,8 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
             "overlap_weight": (float, 1.0),
             "freeze": (bool, True),
             "bootstrap": (int, 1000),
+            "stage": (str, "auto"),
+            "pricing": (str, "slot"),
         },
         "poa",
     )
@@ -494,6 +544,8 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
         raise ConfigError("poa.selfish", f"{f['selfish']!r} names no policy; policies: {', '.join(names)}")
     _choice(f["social_cost"], SOCIAL_COSTS, "poa.social_cost")
     _choice(f["cost"], POA_COSTS, "poa.cost")
+    _choice(f["stage"], POA_STAGES, "poa.stage")
+    _choice(f["pricing"], POA_PRICINGS, "poa.pricing")
     _positive(f["window"], "poa.window")
     _positive(f["slots"], "poa.slots", allow_zero=True)
     _positive(f["overlap_weight"], "poa.overlap_weight", allow_zero=True)
@@ -515,7 +567,7 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
     topologies, axis, loads = _parse_grid_axes(doc, arrival)
-    policies = _parse_policies(doc)
+    policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
     grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces)
     grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path

@@ -27,16 +27,25 @@ each replica in arrival order (the first `warmup` arrivals of each replica are d
     cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache
     prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
     decode_worker  int32   0-based among decode workers
-SimResult.candidates (only with record_candidates): the router's view at each policy decision,
-over the K candidate workers of that decision (prefill workers in prefill_first, decode workers
-otherwise), shape (replicas, requests, K):
+SimResult.candidates (only with record_candidates): the router's view at each routing decision,
+shape (replicas, requests, W) with one column per worker (prefill workers first, then decode):
+the prefill decision of prefill_first fills the prefill columns, the decode decision (every
+flow) the decode columns; columns no decision considers are NaN.
     cand_tokens    float64 active_prefill_tokens_w + isl - overlap_w * block_size
     cand_blocks    float64 active_blocks_w + new_blocks_w
-  and `chosen` int32 (replicas, requests): the index of the worker the policy chose.
-  Dynamo's cost is overlap_weight * cand_tokens / block_size + cand_blocks.
+  The decode decision of prefill_first sees no overlap (overlap_w = 0) unless the policy's
+  decode_overlap_weight is > 0. Dynamo's cost is overlap_weight * cand_tokens / block_size +
+  cand_blocks. Also (replicas, requests): `chosen` int32 (the policy decision's worker within its
+  stage), what each decision booked on its worker (prefill_added_tokens, prefill_added_blocks,
+  decode_added_tokens, decode_added_blocks, int32) and decode_decided_ms (when the decode worker
+  was chosen: arrival, or the prefill's end in prefill_first).
 SimResult.replica: dict of (replicas,) arrays: window_ms (first measured arrival -> last
 measured completion), simulated (requests simulated in all, warm-up and tail included),
-events, preemptions (decode preemptions, warm-up included), ring_merges (see kernels/cache.py).
+events, preemptions (decode preemptions, warm-up included), ring_merges (see kernels/cache.py),
+sim_ms (simulated time), and the adaptive controller's switches and regime_ms_below,
+regime_ms_transition, regime_ms_saturated (time in each regime; a fixed policy spends it all in
+"below"). SimResult.extra["switch_log"] (adaptive only): (replicas, log_switches, 3) of (time ms,
+from, to) per switch, NaN past the last.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poa_mc.kernels import layout as L
-from poa_mc.spec import CellSpec, Dist, SpecError
+from poa_mc.spec import REGIMES, CellSpec, Dist, SpecError
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
 _POLICY = {
@@ -60,6 +69,8 @@ _POLICY = {
     "least_loaded": L.POL_LEAST_LOADED,
     "power_of_d": L.POL_POWER_OF_D,
     "pull": L.POL_PULL,
+    "adaptive": L.POL_KV,  # the kv router, its settings retuned by the controller
+    "oracle": L.POL_ORACLE,
 }
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 _PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
@@ -68,6 +79,12 @@ SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wai
 SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker")
 _OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT)
 _OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW)
+_ADDED = {
+    "prefill_added_tokens": L.OI_PADD_T,
+    "prefill_added_blocks": L.OI_PADD_B,
+    "decode_added_tokens": L.OI_DADD_T,
+    "decode_added_blocks": L.OI_DADD_B,
+}
 
 
 _log = logging.getLogger(__name__)
@@ -134,12 +151,6 @@ def pack_params(
     """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
     spec.validate()
     c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
-    if pol.kind == "pull" and c.flow != "prefill_first":
-        raise SpecError(
-            "policy.kind",
-            "pull routes to prefill workers: it needs cluster.flow = prefill_first "
-            "(decode_first prefill workers always pull)",
-        )
     n_p = 0 if c.flow == "aggregated" else c.n_prefill
     slots = w.concurrency if w.arrival == "closed" else c.max_inflight
     ip = np.zeros(L.NP_I, dtype=np.int64)
@@ -177,6 +188,21 @@ def pack_params(
     ip[L.P_DRAIN] = 1 if drain else 0
     ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
     ip[L.P_H] = max(slots, 1)
+    if pol.kind == "adaptive":
+        ctl = pol.controller
+        ip[L.P_CTL] = 1
+        ip[L.P_CTL_WIN] = ctl.window
+        ip[L.P_CTL_LOG] = ctl.log_switches
+        scale = baseline_ttft_ms(spec) if ctl.threshold_unit == "baseline" else 1.0
+        fp[L.F_CTL_PERIOD] = ctl.period_ms
+        fp[L.F_CTL_ALPHA] = ctl.ewma_alpha
+        fp[L.F_CTL_TH1] = ctl.theta1 * scale
+        fp[L.F_CTL_TH2] = ctl.theta2 * scale
+        fp[L.F_CTL_HYST] = ctl.hysteresis
+        fp[L.F_CTL_DWELL] = ctl.min_dwell_ms
+        for i in range(3):
+            fp[L.F_CTL_TAU + i] = ctl.temperature[i]
+            fp[L.F_CTL_OMEGA + i] = ctl.overlap_weight[i]
     osl_max = w.osl.max_value()
     per_req = 8 + (osl_max if naive_decode else 0)
     ip[L.P_MAXEVENTS] = per_req * (requests + warmup + slots) * 4 + 1_000_000
@@ -197,6 +223,9 @@ def pack_params(
         fp[L.F_XFER_TOK] = c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
     fp[L.F_XFER_LAT] = c.transfer_latency_ms
     fp[L.F_EVDELAY] = c.kv_event_delay_ms
+    fp[L.F_DOMEGA] = pol.decode_overlap_weight
+    fp[L.F_OVH_PASS] = p.prefill_host_pass_ms
+    fp[L.F_OVH_REQ] = p.prefill_host_request_ms
     cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
     width = max(1, len(itab), len(otab), len(cdf))
     tabs = np.zeros((3, width), dtype=np.float64)
@@ -204,6 +233,29 @@ def pack_params(
     tabs[1, : len(otab)] = otab
     tabs[2, : len(cdf)] = cdf
     return ip, fp, tabs
+
+
+def baseline_ttft_ms(spec: CellSpec) -> float:
+    """TTFT of a lone request on an idle cluster (mean prompt, its shared prefix cached, the last
+    block recomputed as the cluster says): one prefill pass with its host time, the KV transfer,
+    one decode step at an empty cache. The unit of `threshold_unit = "baseline"`."""
+    from poa_mc.profiles import decode_ms, prefill_ms
+
+    c, w, p = spec.cluster, spec.workload, spec.profile
+    d = w.isl
+    isl = {"fixed": d.value, "uniform": (d.low + d.high) / 2, "lognormal": d.mean}.get(
+        d.kind, sum(d.values) / max(len(d.values), 1)
+    )
+    bs = c.block_size
+    hit = math.floor(w.prefix_ratio * isl) // bs
+    if c.recompute_last_block:
+        hit = min(hit, max(math.ceil(isl) - 1, 0) // bs)
+    uncached = max(isl - hit * bs, 0.0)
+    prefill = prefill_ms(p, uncached) + p.prefill_host_pass_ms + p.prefill_host_request_ms
+    xfer = c.transfer_latency_ms
+    if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0 and c.flow != "aggregated":
+        xfer += uncached * c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
+    return float(prefill + xfer + decode_ms(p, 0.0, c.decode_kv_blocks, bs))
 
 
 RING_MAX = 1024
@@ -224,7 +276,7 @@ def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
     return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)
 
 
-def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, k: int, record: bool) -> dict[str, tuple]:
+def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, record: bool) -> dict[str, tuple]:
     slots = int(ip[L.P_S])
     delayed = fp[L.F_EVDELAY] > 0
     qcap = int(ip[L.P_Q])
@@ -241,10 +293,10 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, k: in
         "heap_t": ((int(ip[L.P_H]),), np.float64),
         "heap_c": ((int(ip[L.P_H]),), np.int32),
         "rep_i": ((L.NRI,), np.int64),
-        "rep_f": ((L.NRF,), np.float64),
+        "rep_f": ((L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]),), np.float64),
         "out_f": ((requests, L.NOF), np.float64),
         "out_i": ((requests, L.NOI), np.int32),
-        "cand": ((requests, k, 2) if record else (1, 1, 2), np.float64),
+        "cand": ((requests, n_workers, 2) if record else (1, 1, 2), np.float64),
     }
 
 
@@ -315,8 +367,7 @@ def simulate(
         drain=drain,
     )
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
-    k = int(ip[L.P_K])
-    shapes = _shapes(ip, fp, n_workers, requests, k, record_candidates)
+    shapes = _shapes(ip, fp, n_workers, requests, record_candidates)
     per_rep = bytes_per_replica(shapes)
     budget = max_batch_bytes if max_batch_bytes is not None else _available_memory() // 2
     if backend == "cuda":
@@ -348,9 +399,11 @@ def simulate(
     cands = {}
     if record_candidates:
         cands = {
-            "cand_tokens": np.empty((replicas, requests, k)),
-            "cand_blocks": np.empty((replicas, requests, k)),
+            "cand_tokens": np.empty((replicas, requests, n_workers)),
+            "cand_blocks": np.empty((replicas, requests, n_workers)),
             "chosen": np.empty((replicas, requests), dtype=np.int32),
+            **{name: np.empty((replicas, requests), dtype=np.int32) for name in _ADDED},
+            "decode_decided_ms": np.empty((replicas, requests)),
         }
     rep = {
         "window_ms": np.empty(replicas),
@@ -360,7 +413,12 @@ def simulate(
         "preemptions": np.empty(replicas, dtype=np.int64),
         "ring_merges": np.empty(replicas, dtype=np.int64),
         "written": np.empty(replicas, dtype=np.int64),
+        "sim_ms": np.empty(replicas),
+        "switches": np.empty(replicas, dtype=np.int64),
+        **{f"regime_ms_{name}": np.empty(replicas) for name in REGIMES},
     }
+    n_log = int(ip[L.P_CTL_LOG])
+    switch_log = np.full((replicas, n_log, 3), np.nan)
     compile_s = 0.0
     wall = 0.0
     for b in range(n_batches):
@@ -380,7 +438,13 @@ def simulate(
         if record_candidates:
             cands["cand_tokens"][r0 : r0 + nr] = out["cand"][:, :, :, 0]
             cands["cand_blocks"][r0 : r0 + nr] = out["cand"][:, :, :, 1]
+            if spec.cluster.flow != "prefill_first":  # no prefill decision: its columns are unused
+                cands["cand_tokens"][r0 : r0 + nr, :, : int(ip[L.P_NP])] = np.nan
+                cands["cand_blocks"][r0 : r0 + nr, :, : int(ip[L.P_NP])] = np.nan
             cands["chosen"][r0 : r0 + nr] = oi[:, :, L.OI_CHOSEN]
+            for name, j in _ADDED.items():
+                cands[name][r0 : r0 + nr] = oi[:, :, j]
+            cands["decode_decided_ms"][r0 : r0 + nr] = of[:, :, L.OF_DDEC]
         ri, rf = out["rep_i"], out["rep_f"]
         rep["window_ms"][r0 : r0 + nr] = rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR]
         rep["simulated"][r0 : r0 + nr] = ri[:, L.RI_SEQ]
@@ -389,6 +453,22 @@ def simulate(
         rep["preemptions"][r0 : r0 + nr] = ri[:, L.RI_PREEMPT]
         rep["ring_merges"][r0 : r0 + nr] = ri[:, L.RI_MERGES]
         rep["written"][r0 : r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
+        rep["sim_ms"][r0 : r0 + nr] = rf[:, L.RF_T]
+        rep["switches"][r0 : r0 + nr] = ri[:, L.RI_SWITCHES]
+        # time in each regime: the closed ones, plus the current one up to the end
+        regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()
+        if ip[L.P_CTL]:
+            now = ri[:, L.RI_REGIME]
+            regt[np.arange(nr), now] += rf[:, L.RF_T] - rf[:, L.RF_LASTSW]
+        else:
+            regt[:, 0] = rf[:, L.RF_T]  # a fixed policy stays in its one setting
+        for i, name in enumerate(REGIMES):
+            rep[f"regime_ms_{name}"][r0 : r0 + nr] = regt[:, i]
+        if n_log:
+            at = L.NRF + 2 * int(ip[L.P_CTL_WIN])
+            logged = rf[:, at : at + 3 * n_log].reshape(nr, n_log, 3)
+            keep = np.arange(n_log)[None, :] < ri[:, L.RI_SWITCHES][:, None]
+            switch_log[r0 : r0 + nr] = np.where(keep[:, :, None], logged, np.nan)
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
         code = int(rep["status"][bad[0]])
@@ -418,6 +498,7 @@ def simulate(
         device=target.device_name(),
         batches=n_batches,
         state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES),
+        extra={"switch_log": switch_log} if n_log else {},
     )
 
 

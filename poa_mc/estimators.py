@@ -1,37 +1,78 @@
 """Price-of-Anarchy estimators and confidence intervals.
 
 Replicas are independent; requests inside one replica are not. Every interval here therefore comes
-from the spread *across replicas* (t-interval of per-replica values, delta method for ratios of
-sums, percentile bootstrap over replicas for quantiles and for the counterfactual PoA), never from
-order statistics inside one correlated stream.
+from the spread *across replicas* of per-replica values, never from order statistics inside one
+correlated stream:
+
+* means and per-replica quantiles (P50, P99, ... of each replica, then averaged): Student-t
+  interval of the per-replica values (`t_interval`, `quantile_interval`). Per-replica quantiles are
+  independent across replicas, so the t-interval applies to their mean exactly as to means; the
+  percentile bootstrap (`bootstrap_mean_interval`, kept for callers) under-covers badly with few
+  replicas (about 50% at 2 replicas, 80% at 5);
+* ratios of sums (PoA-hat, hit rate, token-weighted ITL): delta method on the log scale
+  (`ratio_interval`), so the bounds of a positive ratio stay positive; a zero denominator leaves the
+  interval undefined (NaN bounds);
+* counterfactual PoA: paired log-ratio intervals of the selfish policy against every other policy,
+  Bonferroni-adjusted, combined into an interval for max(1, max_p mean_s / mean_p)
+  (`counterfactual_poa`; the method and its caveats are in its docstring).
 
 PoA-hat (the paper's estimator), per replica, over windows of `window` consecutive routing
 decisions in arrival order (a trailing partial window is dropped):
 
 * realized cost of request r: the router's cost of the worker it chose, as recorded at its
   decision, i.e. including the load that earlier decisions of the same window put there;
-* frozen cost of r on worker w: the recorded cost minus the load that the window's earlier
-  decisions added to w (their uncached prompt tokens and new blocks), i.e. what r would have cost
-  on w had the window started with it. Request-specific terms (r's own prompt, r's prefix overlap
-  with w) are kept exactly as recorded; completions during the window are not undone, which makes
-  OPT slightly optimistic: PoA-hat stays an upper-bound indicator, as in the paper;
-* ACTUAL = sum of realized costs; OPT = min-cost assignment of the window's requests to workers on
-  the frozen costs, each worker's column repeated `slots` times (default ceil(window / K));
-* PoA-hat of a replica = sum ACTUAL / sum OPT over its windows; the cell's estimate is the ratio of
-  sums over all replicas with a delta-method interval.
+  ACTUAL of a window = sum of its realized costs;
+* OPT of a window = min-cost assignment of the window's requests to (worker, slot) columns;
+  `pricing` says what a request pays in a slot:
 
-Cost units: `router` = Dynamo's cost  omega * tokens / block_size + blocks  (dimensionless);
-`ttft` = predicted TTFT in ms: the prefill of the tokens ahead of and including the request, from the
-profile (polynomial: p2 T^2 + p1 T + p0, nothing for T = 0; theory profiles: prefill_ms * T / isl),
-plus the first decode step (d0, or decode_ms), so a fully cached request still costs a step;
-`observed` = the paper's flavour: ACTUAL is each request's observed TTFT (ms, queueing, transfer
-and decode admission included) and OPT uses the frozen `ttft` predictions, so the ratio also
-grows with everything the router's cost model does not see (it explodes past saturation).
+  - `slot` (default): the j-th request (j = 1, 2, ...) that OPT puts on worker w pays the load of
+    the j - 1 before it, as ACTUAL does. Exact prices would depend on *which* requests precede
+    (no longer a linear assignment), so each earlier request is charged a_w, the smallest load
+    (tokens and blocks separately) that any of the window's requests the router sent to w added
+    there (if it sent none, the smallest over all the window's requests). Request i in slot j of w
+    pays cost(max(f_tok + (j-1) a_w_tok, 0), max(f_blk + (j-1) a_w_blk, 0)), where f = recorded
+    value minus the load the window's earlier decisions added to w, *not* clipped (the clip comes
+    after the slot term, so the price stays <= the recorded cost even where a completion during
+    the window left rec below that load). Every worker has `window` slots (the default), so
+    whatever the router did is a feasible assignment, and for its j-th request on w the price is
+    <= the recorded cost (the j - 1 before added at least (j-1) a_w). Hence, for every cost
+    nondecreasing in tokens and blocks, OPT <= ACTUAL in every window and PoA-hat >= 1 by
+    construction; with identical requests the prices are exact, so a router that was optimal
+    scores exactly 1. What it measures: how much the router's assignment costs over the best
+    re-assignment (and re-ordering) of the same requests, seen from the window's starting state,
+    when each co-located request is charged the smallest load seen on that worker; a relaxation
+    (OPT is optimistic where the real requests would add more), so PoA-hat leans high, never
+    below 1.
+  - `frozen` (the paper's): the frozen cost of r on w is the recorded cost minus the load the
+    window's earlier decisions added to w (their uncached prompt tokens and new blocks), clipped
+    at 0, i.e. what r would have cost on w had the window started with it, and every slot of w
+    charges it (each worker's column repeated `slots` times, default ceil(window / K)). OPT
+    ignores the congestion it creates itself and the slot cap can make the router's own
+    assignment infeasible, so the ratio may fall below 1 (four requests all sent to a worker
+    that costs 1 for each, against 3 elsewhere, give 4 / 8 = 0.5), as the paper observed.
+
+  In both, request-specific terms (r's own prompt, r's prefix overlap with w) are kept exactly as
+  recorded and completions during the window are not undone.
+* PoA-hat of a replica = sum ACTUAL / sum OPT over its windows; the cell's estimate is the ratio of
+  sums over all replicas with the log-delta interval. With a single candidate worker (K = 1) there
+  is no choice, hence no game: PoA-hat is undefined (`PoaHat.defined` False, NaN estimate).
+
+Cost units (`cost`): `router` = Dynamo's cost  omega * tokens / block_size + blocks
+(dimensionless); `ttft` = predicted TTFT in ms: the prefill of the tokens ahead of and including
+the request, from the profile (polynomial: p2 T^2 + p1 T + p0, nothing for T = 0; theory profiles:
+prefill_ms * T / isl), plus the first decode step (d0, or decode_ms), so a fully cached request
+still costs a step. Both are nondecreasing in tokens and blocks (omega >= 0; the profile's p0, p1,
+p2 are >= 0), so under slot pricing their PoA-hat is >= 1 by construction. `observed` = the paper's flavour: ACTUAL
+is each request's observed TTFT (ms, queueing, transfer and decode admission included) and OPT
+uses the `ttft` predictions, so the ratio also grows with everything the router's cost model does
+not see (it explodes past saturation); ACTUAL and OPT are then in different models and there is
+no PoA-hat >= 1 guarantee under either pricing.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -51,6 +92,9 @@ class Estimate:
     hi: float
 
 
+_NAN_ESTIMATE = Estimate(math.nan, math.nan, math.nan)
+
+
 def _t_quantile(n: int, level: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2, n - 1))
 
@@ -58,7 +102,7 @@ def _t_quantile(n: int, level: float) -> float:
 def _too_few(x: np.ndarray) -> Estimate | None:
     """The estimate of a mean when there are too few replicas for an interval, else None."""
     if x.size == 0:
-        return Estimate(math.nan, math.nan, math.nan)
+        return _NAN_ESTIMATE
     if x.size < 2:
         return Estimate(float(x.mean()), math.nan, math.nan)
     return None
@@ -75,35 +119,60 @@ def t_interval(x: np.ndarray, level: float = 0.95) -> Estimate:
     return Estimate(m, m - half, m + half)
 
 
+def quantile_interval(x_per_replica_quantiles: np.ndarray, level: float = 0.95) -> Estimate:
+    """Mean of per-replica quantiles (e.g. each replica's P99) with a Student-t interval.
+
+    Each replica's quantile is one independent draw, so their mean is a mean of i.i.d. values and
+    the t-interval applies as for means; unlike a percentile bootstrap it keeps its level with
+    2-8 replicas (the bootstrap's resamples of n values cannot spread wider than those n values).
+    """
+    return t_interval(x_per_replica_quantiles, level)
+
+
+def _exp_or_inf(x: float) -> float:
+    # math.exp raises instead of overflowing to inf; a bound that large is simply unbounded.
+    return math.exp(x) if x < 700.0 else math.inf
+
+
 def ratio_interval(num: np.ndarray, den: np.ndarray, level: float = 0.95) -> Estimate:
     """Ratio of sums  sum(num) / sum(den)  over replicas, with a delta-method t-interval.
 
-    Linearisation: R = mean(num) / mean(den); Var(R) ~ Var(num - R den) / (n mean(den)^2).
-    A zero denominator gives 1 when the numerator is zero too (nothing to improve) and +inf
-    otherwise.
+    For a positive ratio R the interval is built on log R, whose delta-method standard error is
+    sd(num - R den) / (sqrt(n) |mean(num)|), then mapped back: [R e^-h, R e^h]. Its bounds stay
+    positive (the linear-scale interval R -+ h goes below 0 for skewed, few-replica data) and it
+    follows the right skew of a ratio. Ratios <= 0 (zero numerators, signed data) fall back to the
+    linear scale. A zero sum of denominators makes the ratio's interval undefined: the value is 1
+    when the numerator is zero too (nothing to improve), +inf otherwise, and the bounds are NaN.
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
     n = num.size
     sn, sd = float(num.sum()), float(den.sum())
     if n == 0:
-        return Estimate(math.nan, math.nan, math.nan)
+        return _NAN_ESTIMATE
     if sd == 0.0:
-        r = 1.0 if sn == 0.0 else math.inf
-        return Estimate(r, r, r)
+        return Estimate(1.0 if sn == 0.0 else math.inf, math.nan, math.nan)
     r = sn / sd
     if n < 2:
         return Estimate(r, math.nan, math.nan)
-    resid = num - r * den
-    se = float(resid.std(ddof=1)) / math.sqrt(n) / (sd / n)
-    half = _t_quantile(n, level) * se
+    spread = float((num - r * den).std(ddof=1)) / math.sqrt(n)
+    t = _t_quantile(n, level)
+    if r > 0:
+        half = t * spread / abs(sn / n)
+        return Estimate(r, r * math.exp(-half), r * _exp_or_inf(half))
+    half = t * spread / abs(sd / n)
     return Estimate(r, r - half, r + half)
 
 
 def bootstrap_mean_interval(
     x: np.ndarray, rng: np.random.Generator, n_boot: int = 1000, level: float = 0.95
 ) -> Estimate:
-    """Mean of per-replica values (e.g. per-replica P99s) with a percentile bootstrap over replicas."""
+    """Mean of per-replica values with a percentile bootstrap over replicas.
+
+    Kept for callers; prefer `quantile_interval` / `t_interval`. With few replicas the bootstrap
+    under-covers (95% nominal gives about 50% at 2 replicas, 80% at 5, 87% at 8): resampling n
+    values never spreads wider than those n values.
+    """
     x = np.asarray(x, dtype=np.float64)
     if (few := _too_few(x)) is not None:
         return few
@@ -135,15 +204,35 @@ class Counterfactual:
 
 
 def counterfactual_poa(
-    costs: dict[str, np.ndarray], selfish: str, rng: np.random.Generator, n_boot: int = 1000, level: float = 0.95
+    costs: dict[str, np.ndarray],
+    selfish: str,
+    rng: np.random.Generator | None = None,
+    n_boot: int = 1000,
+    level: float = 0.95,
 ) -> Counterfactual:
     """Selfish policy's mean social cost over the best policy's, all on the same streams.
 
     `costs[policy]` holds one social cost per replica; replica i of every policy saw the same
-    requests (common random numbers), so the bootstrap resamples the *same* replica indices for all
-    policies (a paired interval) and re-picks the best policy inside every resample, which keeps
-    the interval honest about the selection of the minimum.
+    requests (common random numbers). The target is  theta = mu_s / min_p mu_p = max(1, max_p
+    rho_p),  rho_p = mu_s / mu_p over the other policies p (the minimum includes the selfish policy
+    itself, so theta >= 1).
+
+    Point estimate: the plug-in mean_s / min_p mean_p. It is >= 1 by definition and biased upward
+    when policies are near-tied (the smallest of several noisy means is too small on average).
+
+    Interval: for each other policy p, a paired delta-method t-interval for log rho_p (standard
+    error from the per-replica residuals x_s,i / mean_s - x_p,i / mean_p, so the common streams
+    cancel), each at level 1 - (1 - level) / m with m = number of other policies (Bonferroni), so
+    all m intervals hold together with probability >= `level`. theta is increasing in every rho_p,
+    so [max(1, max_p L_p), max(1, max_p U_p)] then covers theta with probability >= `level` (up to
+    the delta approximation), whichever policy is best and however close the ties; it always
+    contains the point estimate. It is conservative near ties (by design: re-picking the minimum
+    inside a bootstrap copied the selection bias and covered 68% there).
+
+    Bounds are NaN with fewer than 2 replicas, non-finite costs or non-positive means. `rng` and
+    `n_boot` are accepted for compatibility and unused (the interval is analytic).
     """
+    del rng, n_boot
     names = list(costs)
     mat = np.stack([np.asarray(costs[p], dtype=np.float64) for p in names])  # (P, R)
     if mat.shape[1] == 0:
@@ -154,13 +243,17 @@ def counterfactual_poa(
     poa = _safe_ratio(means[s], means[b])
     lo = hi = math.nan
     n = mat.shape[1]
-    if n >= 2:
-        idx = rng.integers(0, n, size=(n_boot, n))
-        bm = mat[:, idx].mean(axis=2)  # (P, B)
-        best = bm.min(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios = np.where(best > 0, bm[s] / np.where(best > 0, best, 1.0), np.where(bm[s] > 0, np.inf, 1.0))
-        lo, hi = (float(v) for v in np.quantile(ratios, [0.5 - level / 2, 0.5 + level / 2]))
+    rivals = [p for p in range(len(names)) if p != s]
+    if not rivals:
+        lo = hi = 1.0  # the selfish policy is the only one: theta = 1 exactly
+    elif n >= 2 and np.isfinite(mat).all() and (means > 0).all():
+        alpha = (1.0 - level) / len(rivals)
+        t = float(stats.t.ppf(1.0 - alpha / 2.0, n - 1))
+        rel = mat / means[:, None]  # x_p,i / mean_p: the delta method's influence terms of log mean_p
+        log_ratio = np.log(means[s]) - np.log(means[rivals])
+        se = (rel[s] - rel[rivals]).std(axis=1, ddof=1) / math.sqrt(n)
+        lo = max(1.0, _exp_or_inf(float(np.max(log_ratio - t * se))))
+        hi = max(1.0, _exp_or_inf(float(np.max(log_ratio + t * se))))
     return Counterfactual(poa, lo, hi, names[b], float(means[s]), float(means[b]))
 
 
@@ -185,6 +278,16 @@ def social_cost_per_replica(kind: str, ttft_ms: np.ndarray, e2e_ms: np.ndarray) 
 # PoA-hat
 
 
+def _load_before(chosen: np.ndarray, added: np.ndarray, window: int, k: int) -> np.ndarray:
+    """(R, nw, window, K): the load the window's earlier decisions added to each worker."""
+    r = chosen.shape[0]
+    m = (chosen.shape[1] // window) * window
+    onehot = np.zeros((r, m, k))
+    np.put_along_axis(onehot, chosen[:, :m, None].astype(np.int64), added[:, :m, None].astype(np.float64), axis=2)
+    onehot = onehot.reshape(r, m // window, window, k)
+    return np.cumsum(onehot, axis=2) - onehot  # exclusive prefix sum within the window
+
+
 def freeze_load(values: np.ndarray, chosen: np.ndarray, added: np.ndarray, window: int) -> np.ndarray:
     """Undo, inside each window, the load that the window's earlier decisions added.
 
@@ -200,12 +303,22 @@ def freeze_load(values: np.ndarray, chosen: np.ndarray, added: np.ndarray, windo
     if nw == 0:
         return out
     m = nw * window
-    onehot = np.zeros((r, m, k))
-    np.put_along_axis(onehot, chosen[:, :m, None].astype(np.int64), added[:, :m, None].astype(np.float64), axis=2)
-    onehot = onehot.reshape(r, nw, window, k)
-    before = np.cumsum(onehot, axis=2) - onehot  # exclusive prefix sum within the window
+    before = _load_before(chosen, added, window, k)
     out[:, :m] = np.maximum(out[:, :m] - before.reshape(r, m, k), 0.0)
     return out
+
+
+def _min_added(chosen: np.ndarray, added: np.ndarray, window: int, k: int) -> np.ndarray:
+    """(R, nw, K): per window and worker, the smallest load added by a request the router sent
+    there, or the smallest over all the window's requests where it sent none (slot pricing's a_w).
+    """
+    r = chosen.shape[0]
+    nw = chosen.shape[1] // window
+    ch = chosen[:, : nw * window].reshape(r, nw, window, 1).astype(np.int64)
+    ad = np.asarray(added, dtype=np.float64)[:, : nw * window].reshape(r, nw, window, 1)
+    sent = ch == np.arange(k)
+    least = np.where(sent, ad, np.inf).min(axis=2)
+    return np.where(sent.any(axis=2), least, ad.min(axis=2))
 
 
 def router_cost(tokens: np.ndarray, blocks: np.ndarray, block_size: int, overlap_weight: float) -> np.ndarray:
@@ -233,13 +346,24 @@ def predicted_ttft_ms(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray 
     return prefill_ms_cost(tokens, profile, isl) + first_step
 
 
+def predicted_step_ms(blocks: np.ndarray, profile: ProfileSpec, kv_blocks: int, block_size: int) -> np.ndarray:
+    """Predicted time (ms) of a request's first decode step on a decode worker holding `blocks`
+    active blocks, its own included (the prefill_first decode decision's ttft flavour: the
+    prefill is done, what is left is a step over the worker's context). Non-decreasing in blocks."""
+    from poa_mc.profiles import decode_ms
+
+    b = np.asarray(blocks, dtype=np.float64)
+    return np.asarray(decode_ms(profile, np.maximum(b, 0.0) * block_size, kv_blocks, block_size), dtype=np.float64)
+
+
 @numba.njit(cache=True)
 def _assign_min(a: np.ndarray) -> float:
     """Minimum total cost of assigning every row of a (n x m, n <= m) to a distinct column.
 
     Shortest augmenting paths with row/column potentials (the O(n^2 m) Hungarian method): rows are
     added one at a time; each addition grows a Dijkstra-like tree over reduced costs until it
-    reaches a free column, then flips the path.
+    reaches a free column, then flips the path. Needs finite entries (a NaN or inf row never
+    reaches a column): callers check in Python first.
     """
     n, m = a.shape
     inf = np.inf
@@ -302,49 +426,160 @@ def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
     return out
 
 
-def window_opt(costs: np.ndarray, slots: int) -> np.ndarray:
-    """Min-cost assignment value of each window. costs (W, n, K); needs slots * K >= n."""
+@numba.njit(cache=True)
+def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:
+    """OPT of each window from full price matrices: prices (W, n, columns) -> (W,)."""
+    out = np.empty(prices.shape[0])
+    for w in range(prices.shape[0]):
+        out[w] = _assign_min(prices[w])
+    return out
+
+
+def _require_finite(costs: np.ndarray, first_window: int = 0, windows_per_replica: int = 0) -> None:
+    """Raise ValueError naming the first window and row with a NaN or infinite cost.
+
+    The Hungarian loop never terminates on a row without a finite entry and silently returns a
+    number for a partly NaN row, so bad input must be stopped before numba sees it.
+    """
+    if np.isfinite(costs).all():  # one pass in the common case; locate the culprit only on failure
+        return
+    bad = ~np.isfinite(costs.reshape(costs.shape[0], costs.shape[1], -1)).all(axis=2)
+    w, i = (int(v) for v in np.argwhere(bad)[0])
+    w += first_window
+    where = f"window {w}"
+    if windows_per_replica:
+        where += f" (replica {w // windows_per_replica}, window {w % windows_per_replica} of the replica)"
+    row = costs[w - first_window, i].ravel()
+    raise ValueError(
+        f"PoA-hat cost matrix of {where} has non-finite costs in row {i} (request {i} of the window): "
+        f"{row[:8].tolist()}{' ...' if row.size > 8 else ''}; the assignment needs finite costs"
+    )
+
+
+def window_opt(costs: np.ndarray, slots: int, *, windows_per_replica: int = 0) -> np.ndarray:
+    """Min-cost assignment value of each window. costs (W, n, K); needs slots * K >= n.
+
+    Raises ValueError for a NaN or infinite cost (naming the window and row; with
+    windows_per_replica also the replica).
+    """
     costs = np.ascontiguousarray(costs, dtype=np.float64)
     _, n, k = costs.shape
     if slots * k < n:
         raise ValueError(f"{slots} slots x {k} workers cannot take {n} requests")
+    _require_finite(costs, 0, windows_per_replica)
     return _batch_assign(costs, int(slots))
+
+
+Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
+
+
+def slot_priced_opt(
+    f_tok: np.ndarray,
+    f_blk: np.ndarray,
+    a_tok: np.ndarray,
+    a_blk: np.ndarray,
+    price: Pricer,
+    slots: int,
+    isl: np.ndarray | None = None,
+    *,
+    windows_per_replica: int = 0,
+) -> np.ndarray:
+    """OPT of each window under slot pricing (see the module docstring).
+
+    f_tok, f_blk (W, n, K): recorded tokens / blocks minus the window's earlier load, unclipped;
+    a_tok, a_blk (W, K): the load charged per earlier request on each worker; price(tok, blk, isl)
+    the cost function, applied to (c, n, slots, K) arrays with isl (c, n, 1) (or None);
+    isl (W, n). Returns (W,).
+    """
+    nwin, n, k = f_tok.shape
+    if slots * k < n:
+        raise ValueError(f"{slots} slots x {k} workers cannot take {n} requests")
+    # (j - 1) for slot j, on the axis between requests and workers: a window's matrix is then
+    # (n, slots * K) in one reshape, columns grouped by slot (their order is irrelevant to OPT).
+    steps = np.arange(slots, dtype=np.float64)[None, None, :, None]
+    # Chunks of windows keep the (c, n, slots, K) temporaries near 0.5 MB each: bounded memory, and
+    # cache-sized arrays make the elementwise pricing about twice as fast as one big pass.
+    chunk = max(1, (1 << 16) // (n * slots * k))
+    out = np.empty(nwin)
+    for s in range(0, nwin, chunk):
+        e = min(s + chunk, nwin)
+        tok = np.maximum(f_tok[s:e, :, None, :] + steps * a_tok[s:e, None, None, :], 0.0)
+        blk = np.maximum(f_blk[s:e, :, None, :] + steps * a_blk[s:e, None, None, :], 0.0)
+        p = price(tok, blk, None if isl is None else isl[s:e, :, None])
+        p = np.ascontiguousarray(np.broadcast_to(p, tok.shape), dtype=np.float64).reshape(e - s, n, slots * k)
+        _require_finite(p, s, windows_per_replica)
+        out[s:e] = _batch_assign_priced(p)
+    return out
 
 
 @dataclass(frozen=True)
 class PoaHat:
     actual: np.ndarray  # (R,) sum of realized costs over the replica's windows
     opt: np.ndarray  # (R,) sum of OPT over the replica's windows
-    windows: int  # windows per replica
+    windows: int  # windows per replica (0 when undefined)
+    defined: bool = True  # False when there is no choice to assess (a single candidate worker)
+
+    @staticmethod
+    def undefined(replicas: int) -> PoaHat:
+        """PoA-hat of a cell whose decisions had one candidate: no game, no number."""
+        nan = np.full(replicas, math.nan)
+        return PoaHat(nan, nan.copy(), 0, defined=False)
 
     def estimate(self, level: float = 0.95) -> Estimate:
+        """Ratio of sums with its log-delta interval; NaN when undefined or without windows."""
+        if not self.defined or self.windows == 0:
+            return _NAN_ESTIMATE
         return ratio_interval(self.actual, self.opt, level)
 
     def per_replica(self) -> np.ndarray:
+        if not self.defined:
+            return np.full(self.actual.shape, math.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(
                 self.opt > 0, self.actual / np.where(self.opt > 0, self.opt, 1), np.where(self.actual > 0, np.inf, 1.0)
             )
 
 
+def _actual(realized: np.ndarray, chosen: np.ndarray, window: int) -> np.ndarray:
+    """(R,) sum over each replica's full windows of the chosen workers' realized costs."""
+    r, n, _ = realized.shape
+    m = (n // window) * window
+    ch = chosen[:, :m].astype(np.int64)
+    return np.take_along_axis(realized[:, :m], ch[:, :, None], axis=2)[:, :, 0].sum(axis=1)
+
+
 def windowed_poa(realized: np.ndarray, frozen: np.ndarray, chosen: np.ndarray, window: int, slots: int = 0) -> PoaHat:
-    """PoA-hat sums from cost matrices.
+    """PoA-hat sums from cost matrices (frozen pricing: one price per worker, every slot).
 
     realized, frozen: (R, N, K) costs of each decision on each candidate worker; chosen: (R, N).
     ACTUAL of a window = sum of realized[r, n, chosen]; OPT = min-cost assignment on `frozen`.
-    slots = 0 means ceil(window / K).
+    slots = 0 means ceil(window / K). K = 1 gives an undefined PoaHat.
     """
     r, n, k = frozen.shape
+    if k == 1:
+        return PoaHat.undefined(r)
     nw = n // window
     slots = slots or -(-window // k)
     if nw == 0:
         return PoaHat(np.zeros(r), np.zeros(r), 0)
     m = nw * window
-    ch = chosen[:, :m].astype(np.int64)
-    act = np.take_along_axis(realized[:, :m], ch[:, :, None], axis=2)[:, :, 0]
-    actual = act.reshape(r, nw, window).sum(axis=2).sum(axis=1)
-    opt = window_opt(frozen[:, :m].reshape(r * nw, window, k), slots).reshape(r, nw).sum(axis=1)
-    return PoaHat(actual, opt, nw)
+    opt = window_opt(frozen[:, :m].reshape(r * nw, window, k), slots, windows_per_replica=nw)
+    return PoaHat(_actual(realized, chosen, window), opt.reshape(r, nw).sum(axis=1), nw)
+
+
+def _pricer(
+    cost: str, block_size: int, overlap_weight: float, profile: ProfileSpec | None, kv_blocks: int = 16384
+) -> Pricer:
+    """The cost of (tokens, blocks) on a worker, for the `router` and the predicted-TTFT flavours
+    (`decode_step` / `observed_step`: the prefill_first decode decision, priced by its first step)."""
+    if cost == "router":
+        return lambda tok, blk, isl: router_cost(tok, blk, block_size, overlap_weight)
+    prof = profile or ProfileSpec()
+    if cost in ("ttft", "observed"):
+        return lambda tok, blk, isl: predicted_ttft_ms(tok, prof, isl)
+    if cost in ("decode_step", "observed_step"):
+        return lambda tok, blk, isl: predicted_step_ms(blk, prof, kv_blocks, block_size)
+    raise ValueError(f"unknown PoA-hat cost {cost!r}")
 
 
 def poa_hat_from_candidates(
@@ -356,38 +591,69 @@ def poa_hat_from_candidates(
     added_blocks: np.ndarray,
     window: int,
     slots: int = 0,
-    cost: str = "router",  # router | ttft | observed
+    cost: str = "router",  # router | ttft | observed | decode_step | observed_step
     block_size: int = 64,
     overlap_weight: float = 1.0,
     profile: ProfileSpec | None = None,
     isl: np.ndarray | None = None,
     freeze: bool = True,
     ttft_ms: np.ndarray | None = None,
+    pricing: str = "slot",  # slot | frozen
+    decode_kv_blocks: int = 16384,
 ) -> PoaHat:
     """PoA-hat of one cell from the router's recorded view (see the module docstring).
 
     cand_tokens, cand_blocks: (R, N, K) as the engine records them; chosen: (R, N);
     added_tokens, added_blocks: (R, N) load each decision put on its worker (its uncached prompt
-    tokens and new blocks). With freeze=False the frozen matrix is the recorded one.
+    tokens and new blocks, >= 0). pricing: `slot` (default; OPT <= ACTUAL for the router and ttft
+    costs) or `frozen` (the paper's). slots = 0 means `window` under slot pricing (every assignment
+    the router could make stays feasible; fewer slots void the OPT <= ACTUAL guarantee) and
+    ceil(window / K) under frozen pricing. freeze=False turns all load accounting off: every slot
+    of a worker is priced at the recorded cost. K = 1 gives an undefined PoaHat.
     """
-    if freeze:
-        f_tok = freeze_load(cand_tokens, chosen, added_tokens, window)
-        f_blk = freeze_load(cand_blocks, chosen, added_blocks, window)
-    else:
-        f_tok, f_blk = cand_tokens, cand_blocks
-    if cost == "router":
-        realized = router_cost(cand_tokens, cand_blocks, block_size, overlap_weight)
-        frozen = router_cost(f_tok, f_blk, block_size, overlap_weight)
-    elif cost == "ttft":
-        profile = profile or ProfileSpec()
-        realized = predicted_ttft_ms(cand_tokens, profile, isl)
-        frozen = predicted_ttft_ms(f_tok, profile, isl)
-    elif cost == "observed":
-        if ttft_ms is None:
-            raise ValueError("cost='observed' needs the observed ttft_ms (R, N)")
-        profile = profile or ProfileSpec()
+    if pricing not in ("slot", "frozen"):
+        raise ValueError(f"unknown PoA-hat pricing {pricing!r} (slot or frozen)")
+    price = _pricer(cost, block_size, overlap_weight, profile, decode_kv_blocks)
+    observed = cost in ("observed", "observed_step")
+    if observed and ttft_ms is None:
+        raise ValueError("cost='observed' needs the observed ttft_ms (R, N)")
+    r, n, k = cand_tokens.shape
+    if k == 1:
+        return PoaHat.undefined(r)
+
+    if observed:
         realized = np.broadcast_to(np.asarray(ttft_ms, dtype=np.float64)[:, :, None], cand_tokens.shape)
-        frozen = predicted_ttft_ms(f_tok, profile, isl)
     else:
-        raise ValueError(f"unknown PoA-hat cost {cost!r}")
-    return windowed_poa(realized, frozen, chosen, window, slots)
+        realized = price(cand_tokens, cand_blocks, isl)
+
+    if pricing == "frozen":
+        if freeze:
+            f_tok = freeze_load(cand_tokens, chosen, added_tokens, window)
+            f_blk = freeze_load(cand_blocks, chosen, added_blocks, window)
+        else:
+            f_tok, f_blk = cand_tokens, cand_blocks
+        return windowed_poa(realized, price(f_tok, f_blk, isl), chosen, window, slots)
+
+    slots = slots or window
+    nw = n // window
+    if nw == 0:
+        return PoaHat(np.zeros(r), np.zeros(r), 0)
+    m = nw * window
+    actual = _actual(realized, chosen, window)
+    if not freeze:
+        recorded = realized if not observed else price(cand_tokens, cand_blocks, isl)
+        opt = window_opt(recorded[:, :m].reshape(r * nw, window, k), slots, windows_per_replica=nw)
+        return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)
+
+    if (np.asarray(added_tokens)[:, :m] < 0).any() or (np.asarray(added_blocks)[:, :m] < 0).any():
+        raise ValueError("slot pricing needs added_tokens and added_blocks >= 0 (load a decision put on a worker)")
+    shape = (r * nw, window, k)
+    tok = np.asarray(cand_tokens, dtype=np.float64)[:, :m].reshape(shape)
+    blk = np.asarray(cand_blocks, dtype=np.float64)[:, :m].reshape(shape)
+    f_tok = tok - _load_before(chosen, added_tokens, window, k).reshape(shape)
+    f_blk = blk - _load_before(chosen, added_blocks, window, k).reshape(shape)
+    a_tok = _min_added(chosen, added_tokens, window, k).reshape(r * nw, k)
+    a_blk = _min_added(chosen, added_blocks, window, k).reshape(r * nw, k)
+    isl_w = None if isl is None else np.asarray(isl, dtype=np.float64)[:, :m].reshape(r * nw, window)
+    opt = slot_priced_opt(f_tok, f_blk, a_tok, a_blk, price, slots, isl_w, windows_per_replica=nw)
+    return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)

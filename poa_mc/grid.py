@@ -98,9 +98,12 @@ def expand(grid: GridConfig) -> list[Cell]:
                     raise ConfigError(
                         _grid_path(e.path, ti, li, pi, grid.load_axis), f"{e.message} (cell {where}; {e.path})"
                     ) from None
-                k = spec._n_candidates()
-                slots = grid.poa.slots or -(-grid.poa.window // k)
-                if slots * k < grid.poa.window:
+                try:
+                    _, _, k = cluster.poa_stage(grid.poa.stage)
+                except SpecError as e:
+                    raise ConfigError(e.path, f"{e.message} ({topo.label})") from None
+                slots = grid.poa.slots_for(k)
+                if k > 1 and slots * k < grid.poa.window:
                     raise ConfigError(
                         "poa.slots",
                         f"{slots} slots x {k} workers cannot take a window of {grid.poa.window} decisions "

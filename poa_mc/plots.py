@@ -53,6 +53,29 @@ def _set_load_scale(ax: plt.Axes, x: np.ndarray) -> None:
             ax.tick_params(axis="x", labelrotation=45, labelsize=8)
 
 
+_REGIME_COLOURS = {"below": "tab:green", "transition": "tab:orange", "saturated": "tab:red"}
+
+
+def _shade_regimes(ax: plt.Axes, d: pl.DataFrame, x: np.ndarray) -> None:
+    """Shade each load point's regime (midpoints between loads as edges) and mark the knee."""
+    if "regime" not in d.columns or not d.height:
+        return
+    regimes = d["regime"].to_list()
+    edges = np.r_[x[0], np.sqrt(x[:-1] * x[1:]) if np.all(x > 0) else (x[:-1] + x[1:]) / 2, x[-1]]
+    seen = set()
+    for i, regime in enumerate(regimes):
+        colour = _REGIME_COLOURS.get(regime)
+        if colour is None:
+            continue
+        ax.axvspan(edges[i], edges[i + 1], color=colour, alpha=0.08, linewidth=0,
+                   label=None if regime in seen else f"regime: {regime}")  # fmt: skip
+        seen.add(regime)
+    knee = d["knee"][0] if "knee" in d.columns else None
+    if knee is not None and np.isfinite(knee):
+        ax.axvline(knee, color="black", linestyle="--", linewidth=1,
+                   label=f"knee {knee:.0f} [{d['knee_lo'][0]:.0f}, {d['knee_hi'][0]:.0f}]")  # fmt: skip
+
+
 def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
     load, xlabel = _load_col(poa)
     topologies = poa["topology"].unique(maintain_order=True).to_list()
@@ -61,9 +84,11 @@ def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
     for ax, topo in zip(axes, topologies):
         d = poa.filter(pl.col("topology") == topo).sort(load)
         x = d[load].to_numpy().astype(float)
+        stage = d["poa_stage"][0] if "poa_stage" in d.columns and d.height else ""
+        _shade_regimes(ax, d, x)
         for col, label, color in (
-            ("poa_hat", "PoA-hat (windowed Hungarian)", "tab:red"),
-            ("poa_cf", f"counterfactual PoA ({kind})", "tab:blue"),
+            ("poa_hat", f"PoA-hat, {stage} decision (router's cost model)", "tab:red"),
+            ("poa_cf", f"counterfactual PoA ({kind}, measured)", "tab:blue"),
         ):
             y = _finite(d[col].to_numpy())
             ax.plot(x, y, marker="o", color=color, label=label)
@@ -82,7 +107,7 @@ def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
         _set_load_scale(ax, x)
         ax.set_title(f"{topo}: Price of Anarchy vs load")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("PoA (ratio, 1 = optimal)")
+        ax.set_ylabel("ratio to the best found (1 = no loss)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Price of Anarchy with 95% confidence bands (across replicas)")

@@ -21,6 +21,7 @@ docs/profiles.md for the derivation and every parameter.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,13 +130,17 @@ _ROOFLINE_OPTIONAL_NUM = (
     "params",
 )
 _MODEL_INT_KEYS = ("layers", "hidden", "kv_heads", "head_dim")
+# Host time on a prefill worker (any kind): per scheduler pass and per request in a pass, charged
+# even when a pass computes no token (docs/profiles.md gives the public measurements behind them).
+HOST_KEYS = ("prefill_host_pass_ms", "prefill_host_request_ms")
 _KEYS: dict[str, frozenset[str]] = {
-    "polynomial": frozenset({"kind", "name", "d_min", *_POLY_KEYS}),
+    "polynomial": frozenset({"kind", "name", "d_min", *_POLY_KEYS, *HOST_KEYS}),
     "roofline": frozenset(
         {"kind", "name", "gpu", "model", "tp", "dtype", "kv_dtype", *_ROOFLINE_OPTIONAL_NUM, *_MODEL_INT_KEYS}
+        | set(HOST_KEYS)
     ),
-    "exponential": frozenset({"kind", "name", "prefill_ms", "decode_ms"}),
-    "deterministic": frozenset({"kind", "name", "prefill_ms", "decode_ms"}),
+    "exponential": frozenset({"kind", "name", "prefill_ms", "decode_ms", *HOST_KEYS}),
+    "deterministic": frozenset({"kind", "name", "prefill_ms", "decode_ms", *HOST_KEYS}),
 }
 
 
@@ -363,6 +368,9 @@ def resolve_profile(table: dict, path: str = "profile", *, kv_blocks: int = 1638
         prefill = _positive(table, "prefill_ms", path)
         decode = _number(table, "decode_ms", path)
         spec = ProfileSpec(name=name, kind=kind, prefill_ms=prefill, decode_ms=decode, source=f"user {kind} profile")
+    host = {k: _number(table, k, path, 0.0) for k in HOST_KEYS}
+    if any(host.values()):
+        spec = dataclasses.replace(spec, **host)
     spec.validate(path)
     return spec
 

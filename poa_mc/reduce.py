@@ -19,15 +19,16 @@ import polars as pl
 
 from poa_mc.estimators import (
     Estimate,
-    bootstrap_mean_interval,
     counterfactual_poa,
     per_replica_quantile,
     poa_hat_from_candidates,
+    quantile_interval,
     ratio_interval,
     social_cost_per_replica,
     t_interval,
 )
-from poa_mc.spec import ProfileSpec
+from poa_mc.knee import knee_analysis
+from poa_mc.spec import REGIMES, ClusterSpec, ProfileSpec
 from poa_mc.store import RunDir, RunDirError, atomic_write_parquet
 
 
@@ -57,16 +58,13 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
     if r * n != df.height:
         raise ValueError(f"cell {cell['cell_id']}: replicas have unequal request counts")
     spec = json.loads(cell["spec_json"])
-    bs = int(spec["cluster"]["block_size"])
-    rng = np.random.default_rng([seed, int(cell["cell_id"][1:], 16)])
-    n_boot = int(poa.get("bootstrap", 1000))
 
     ttft, e2e = _matrix(df, "ttft_ms", r, n), _matrix(df, "e2e_ms", r, n)
     osl, isl = _matrix(df, "osl", r, n).astype(np.float64), _matrix(df, "isl", r, n)
     row: dict[str, Any] = {"cell_id": cell["cell_id"], "replicas": r, "requests": n}
     _put(row, "ttft_mean_ms", t_interval(ttft.mean(axis=1)))
     for q in (50, 90, 99):
-        _put(row, f"ttft_p{q}_ms", bootstrap_mean_interval(per_replica_quantile(ttft, q / 100), rng, n_boot))
+        _put(row, f"ttft_p{q}_ms", quantile_interval(per_replica_quantile(ttft, q / 100)))
     gaps = np.maximum(osl - 1, 0)
     itl = _matrix(df, "itl_ms", r, n)
     # Token-weighted mean ITL (sum of gaps / number of gaps), as Dynamo reports it.
@@ -78,7 +76,7 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
         else Estimate(math.nan, math.nan, math.nan),
     )
     _put(row, "e2e_mean_ms", t_interval(e2e.mean(axis=1)))
-    _put(row, "e2e_p99_ms", bootstrap_mean_interval(per_replica_quantile(e2e, 0.99), rng, n_boot))
+    _put(row, "e2e_p99_ms", quantile_interval(per_replica_quantile(e2e, 0.99)))
     for name in ("prefill_wait_ms", "decode_wait_ms"):
         if name in df.columns:
             _put(row, name.replace("_ms", "_mean_ms"), t_interval(_matrix(df, name, r, n).mean(axis=1)))
@@ -100,33 +98,76 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
         sim = _matrix(df, "replica_simulated", r, n)[:, 0].astype(np.float64)
         _put(row, "preemptions_per_request", ratio_interval(pre, sim))
 
-    if {"cand_tokens", "cand_blocks", "chosen"} <= set(df.columns):
-        k = df.schema["cand_tokens"].size
-        ph = poa_hat_from_candidates(
-            df["cand_tokens"].to_numpy().reshape(r, n, k),
-            df["cand_blocks"].to_numpy().reshape(r, n, k),
-            _matrix(df, "chosen", r, n),
-            added_tokens=np.maximum(isl - cached * bs, 0),
-            added_blocks=np.maximum(prompt - cached, 0),
-            window=int(poa["window"]),
-            slots=int(poa.get("slots", 0)),
-            cost=poa.get("cost", "router"),
-            block_size=bs,
-            overlap_weight=float(poa.get("overlap_weight", 1.0)),
-            profile=ProfileSpec(**spec["profile"]),
-            isl=isl,
-            freeze=bool(poa.get("freeze", True)),
-            ttft_ms=ttft,
-        )
-        _put(row, "poa_hat", ph.estimate() if ph.windows else Estimate(math.nan, math.nan, math.nan))
-        row["poa_hat_windows"] = ph.windows * r
-    else:
-        _put(row, "poa_hat", Estimate(math.nan, math.nan, math.nan))
-        row["poa_hat_windows"] = 0
+    _poa_hat_stage(row, df, spec, poa, r, n, isl, ttft)
+    if "replica_sim_ms" in df.columns:
+        # the adaptive controller: share of simulated time in each regime, and its switches
+        sim_ms = _matrix(df, "replica_sim_ms", r, n)[:, 0]
+        for name in REGIMES:
+            share = _matrix(df, f"replica_regime_ms_{name}", r, n)[:, 0] / np.where(sim_ms > 0, sim_ms, np.nan)
+            _put(row, f"regime_share_{name}", t_interval(share))
+        _put(row, "regime_switches", t_interval(_matrix(df, "replica_switches", r, n)[:, 0].astype(np.float64)))
 
     social = {kind: social_cost_per_replica(kind, ttft, e2e) for kind in ("mean_ttft", "mean_e2e", "p99_ttft")}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
     return CellStats(row, social)
+
+
+def _poa_hat_stage(
+    row: dict[str, Any], df: pl.DataFrame, spec: dict, poa: dict[str, Any], r: int, n: int, isl: np.ndarray, ttft
+) -> None:
+    """PoA-hat over the routing decision [poa] stage names (see poa_mc.estimators): its candidate
+    columns, the worker it chose, what it booked there, and its windows in decision order."""
+    cluster = ClusterSpec(**spec["cluster"])
+    stage, lo, k = cluster.poa_stage(poa.get("stage", "auto"))
+    row["poa_stage"] = stage
+    row["poa_candidates"] = k
+    row["poa_hat_windows"] = 0
+    _put(row, "poa_hat", Estimate(math.nan, math.nan, math.nan))
+    if k < 2 or not {"cand_tokens", "cand_blocks", f"{stage}_added_tokens"} <= set(df.columns):
+        return  # one candidate is no game: PoA-hat is undefined (null), not a number
+    width = df.schema["cand_tokens"].size
+    tokens = df["cand_tokens"].to_numpy().reshape(r, n, width)[:, :, lo : lo + k]
+    blocks = df["cand_blocks"].to_numpy().reshape(r, n, width)[:, :, lo : lo + k]
+    chosen = _matrix(df, "prefill_worker" if stage == "prefill" else "decode_worker", r, n)
+    add_t = _matrix(df, f"{stage}_added_tokens", r, n)
+    add_b = _matrix(df, f"{stage}_added_blocks", r, n)
+    obs, isl_s = ttft, isl
+    if stage == "decode" and cluster.flow == "prefill_first":
+        # decode decisions come as prefills end, not in arrival order: windows follow them
+        order = np.argsort(_matrix(df, "decode_decided_ms", r, n), axis=1, kind="stable")
+
+        def take(x: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(x, order[:, :, None] if x.ndim == 3 else order, axis=1)
+
+        # the decode decision's observed latency starts when it is made (the prefill is behind it)
+        since = ttft - (_matrix(df, "decode_decided_ms", r, n) - _matrix(df, "arrival_ms", r, n))
+        tokens, blocks, chosen, add_t, add_b, obs, isl_s = map(take, (tokens, blocks, chosen, add_t, add_b, since, isl))
+        omega = float(spec["policy"].get("decode_overlap_weight", 0.0))
+        cost = {"ttft": "decode_step", "observed": "observed_step"}.get(poa.get("cost", "router"), "router")
+    else:
+        omega = float(poa.get("overlap_weight", 1.0))
+        cost = poa.get("cost", "router")
+    ph = poa_hat_from_candidates(
+        tokens,
+        blocks,
+        chosen,
+        added_tokens=add_t,
+        added_blocks=add_b,
+        window=int(poa["window"]),
+        slots=int(poa.get("slots", 0)),
+        cost=cost,
+        block_size=int(cluster.block_size),
+        overlap_weight=omega,
+        profile=ProfileSpec(**spec["profile"]),
+        isl=isl_s,
+        freeze=bool(poa.get("freeze", True)),
+        pricing=poa.get("pricing", "slot"),
+        decode_kv_blocks=int(cluster.decode_kv_blocks),
+        ttft_ms=obs,
+    )
+    if ph.defined and ph.windows:
+        _put(row, "poa_hat", ph.estimate())
+    row["poa_hat_windows"] = ph.windows * r
 
 
 _ID_COLUMNS = [
@@ -188,27 +229,54 @@ def reduce_run(
         if cell["cell_id"] in on_disk:
             stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed)
 
-    summary = _summary_frame(cells, stats)
-    poa_df = _poa_frame(cells, stats, poa, seed)
+    knees = _knees(cells, stats, seed, int(poa.get("bootstrap", 1000)))
+    summary = _summary_frame(cells, stats, knees)
+    poa_df = _poa_frame(cells, stats, poa, seed, knees)
     atomic_write_parquet(summary, run_dir.summary_path)
     atomic_write_parquet(poa_df, run_dir.poa_path)
     run_dir.finalize_manifest()
     return summary, poa_df
 
 
-def _summary_frame(cells: pl.DataFrame, stats: dict[str, CellStats]) -> pl.DataFrame:
+def _knees(cells: pl.DataFrame, stats: dict[str, CellStats], seed: int, n_boot: int) -> dict[str, dict[str, Any]]:
+    """Per cell id: the regime of its load point and the knee of its (topology, policy) curve of
+    mean TTFT over load (poa_mc.knee), with a bootstrap interval over replicas."""
+    out: dict[str, dict[str, Any]] = {}
+    for _, group in cells.group_by(["topology", "policy"], maintain_order=True):
+        group = group.filter(pl.col("cell_id").is_in(list(stats))).sort("index")
+        ids = group["cell_id"].to_list()
+        if not ids:
+            continue
+        axis = group["load_axis"][0]
+        load = group[axis].cast(pl.Float64).to_numpy()
+        order = np.argsort(load)
+        curves = [stats[ids[i]].social["mean_ttft"] for i in order]
+        width = max(len(c) for c in curves)
+        lat = np.full((len(curves), width), np.nan)
+        for i, c in enumerate(curves):
+            lat[i, : len(c)] = c
+        rng = np.random.default_rng([seed, 2, len(out)])
+        k = knee_analysis(load[order], lat, rng=rng, n_boot=n_boot)
+        for j, i in enumerate(order):
+            out[ids[i]] = {"regime": k.regimes[j], "knee": k.knee, "knee_lo": k.knee_lo, "knee_hi": k.knee_hi}
+    return out
+
+
+def _summary_frame(cells: pl.DataFrame, stats: dict[str, CellStats], knees: dict[str, dict[str, Any]]) -> pl.DataFrame:
     if not stats:
         return cells.select(_ID_COLUMNS).clear()
-    body = pl.DataFrame([s.row for s in stats.values()], infer_schema_length=None)
+    body = pl.DataFrame([{**s.row, **knees.get(i, {})} for i, s in stats.items()], infer_schema_length=None)
     body = body.with_columns(
         pl.col(c).cast(pl.Float64)
         for c in body.columns
-        if c not in ("cell_id", "replicas", "requests", "poa_hat_windows")
+        if c not in ("cell_id", "replicas", "requests", "poa_hat_windows", "poa_stage", "poa_candidates", "regime")
     )
     return cells.select(_ID_COLUMNS).join(body, on="cell_id", how="inner").sort("index")
 
 
-def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, Any], seed: int) -> pl.DataFrame:
+def _poa_frame(
+    cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, Any], seed: int, knees: dict[str, dict[str, Any]]
+) -> pl.DataFrame:
     rows = []
     selfish = poa["selfish"]
     for (point,), group in cells.sort("index").group_by(["point"], maintain_order=True):
@@ -222,6 +290,7 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
         rng = np.random.default_rng([seed, int(first["stream"]), 1])
         cf = counterfactual_poa(costs, selfish, rng, int(poa.get("bootstrap", 1000)))
         s = stats[selfish_id].row
+        kn = knees.get(selfish_id, {"regime": "unknown", "knee": math.nan, "knee_lo": math.nan, "knee_hi": math.nan})
         rows.append(
             {
                 "point": point,
@@ -233,6 +302,7 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
                 "rate": first["rate"],
                 "selfish_policy": selfish,
                 "social_cost_kind": poa["social_cost"],
+                "poa_stage": s["poa_stage"],
                 "poa_hat": s["poa_hat"],
                 "poa_hat_lo": s["poa_hat_lo"],
                 "poa_hat_hi": s["poa_hat_hi"],
@@ -243,6 +313,7 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
                 "social_cost_selfish": cf.cost_selfish,
                 "social_cost_best": cf.cost_best,
                 "policies": len(policies),
+                **kn,
             }
         )
     schema = {
@@ -255,6 +326,7 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
         "rate": pl.Float64,
         "selfish_policy": pl.String,
         "social_cost_kind": pl.String,
+        "poa_stage": pl.String,
         "poa_hat": pl.Float64,
         "poa_hat_lo": pl.Float64,
         "poa_hat_hi": pl.Float64,
@@ -265,6 +337,10 @@ def _poa_frame(cells: pl.DataFrame, stats: dict[str, CellStats], poa: dict[str, 
         "social_cost_selfish": pl.Float64,
         "social_cost_best": pl.Float64,
         "policies": pl.Int64,
+        "regime": pl.String,
+        "knee": pl.Float64,
+        "knee_lo": pl.Float64,
+        "knee_hi": pl.Float64,
     }
     return pl.DataFrame(rows, schema=schema)
 

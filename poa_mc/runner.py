@@ -240,6 +240,9 @@ def run_grid(
             frame = samples_frame(res.samples, res.candidates or None)
             # Per-replica window and request counts travel with the samples so reduce needs no engine.
             frame = _attach_replica_columns(frame, res.replica, r.requests)
+            log = getattr(res, "extra", {}).get("switch_log")
+            if log is not None:
+                frame = _attach_switch_log(frame, log, r.requests)
             run_dir.write_cell(cell.cell_id, frame, meta)
             report.ran.append(cell.cell_id)
             progress.update(costs[cell.cell_id], simulated)
@@ -263,6 +266,21 @@ def run_grid(
     elif report.complete == len(cells):
         run_dir.finalize_manifest()
     return report
+
+
+def _attach_switch_log(frame: pl.DataFrame, log: np.ndarray, requests: int) -> pl.DataFrame:
+    """The adaptive controller's switches (replicas, S, 3), the j-th of a replica on its j-th row:
+    ctl_switch_ms, ctl_switch_from, ctl_switch_to (0 below, 1 transition, 2 saturated), null past
+    its last logged switch."""
+    r, s, _ = log.shape
+    cols = {}
+    for i, name in enumerate(("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")):
+        full = np.full((r, requests), np.nan)
+        m = min(s, requests)
+        full[:, :m] = log[:, :m, i]
+        series = pl.Series(name, full.reshape(-1), nan_to_null=True)
+        cols[name] = series if i == 0 else series.cast(pl.Int8)
+    return frame.with_columns(cols.values())
 
 
 def _attach_replica_columns(frame: pl.DataFrame, replica: dict[str, Any], requests: int) -> pl.DataFrame:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 DECODE_ADMISSIONS = ("fcfs", "replay")
-POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull")
+POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull", "adaptive", "oracle")
+REGIMES = ("below", "transition", "saturated")
+THRESHOLD_UNITS = ("ms", "baseline")
 DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 ARRIVALS = ("closed", "poisson")
 POPULARITIES = ("uniform", "zipf")
@@ -147,6 +149,8 @@ class ProfileSpec:
     d_min: float = 1.0
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
+    prefill_host_pass_ms: float = 0.0
+    prefill_host_request_ms: float = 0.0
     source: str = "Dynamo 1.6.1 mocker default polynomial timing (REFERENCE section 4)"
 
     def validate(self, path: str = "profile") -> None:
@@ -166,7 +170,10 @@ class ProfileSpec:
             for name in ("p0", "p1", "p2"):
                 if getattr(self, name) < 0:
                     raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
-        else:
+        for name in ("prefill_host_pass_ms", "prefill_host_request_ms"):
+            if not getattr(self, name) >= 0:
+                raise SpecError(f"{path}.{name}", f"must be >= 0 ms, got {getattr(self, name)}")
+        if self.kind != "polynomial":
             if not self.prefill_ms > 0:
                 raise SpecError(f"{path}.prefill_ms", f"must be > 0 ms, got {self.prefill_ms}")
             if not self.decode_ms >= 0:
@@ -174,15 +181,70 @@ class ProfileSpec:
 
 
 @dataclass(frozen=True)
+class ControllerSpec:
+    """The adaptive controller of `kind = "adaptive"` policies (kernels/controller.py).
+
+    Every `period_ms` it takes the nearest-rank TTFT P99 over the `window` most recent first
+    tokens, updates an EWMA (weight `ewma_alpha` on the newest value) and picks the regime: below
+    saturation under theta1, transition from theta1, saturated from theta2 (in ms, or multiples of
+    the cell's unloaded TTFT when threshold_unit = "baseline"). Leaving a regime needs the threshold
+    crossed by the relative `hysteresis` margin, and `min_dwell_ms` since the last switch. Each
+    regime applies its (temperature, overlap_weight) row; defaults are the paper's table.
+    """
+
+    period_ms: float = 500.0
+    window: int = 128
+    ewma_alpha: float = 0.3
+    threshold_unit: str = "ms"
+    theta1: float = 1000.0
+    theta2: float = 10000.0
+    hysteresis: float = 0.1
+    min_dwell_ms: float = 2000.0
+    temperature: tuple[float, float, float] = (0.0, 0.7, 0.8)
+    overlap_weight: tuple[float, float, float] = (1.0, 1.0, 0.1)
+    log_switches: int = 64
+
+    def validate(self, path: str = "controller") -> None:
+        if not self.period_ms > 0:
+            raise SpecError(f"{path}.period_ms", f"must be > 0 ms, got {self.period_ms}")
+        if self.window < 1:
+            raise SpecError(f"{path}.window", f"must be >= 1 first tokens, got {self.window}")
+        if not 0 < self.ewma_alpha <= 1:
+            raise SpecError(f"{path}.ewma_alpha", f"must be within (0, 1], got {self.ewma_alpha}")
+        if self.threshold_unit not in THRESHOLD_UNITS:
+            raise SpecError(
+                f"{path}.threshold_unit", f"must be one of {', '.join(THRESHOLD_UNITS)}, got {self.threshold_unit!r}"
+            )
+        if not self.theta1 > 0:
+            raise SpecError(f"{path}.theta1", f"must be > 0, got {self.theta1}")
+        if not self.theta2 > self.theta1:
+            raise SpecError(f"{path}.theta2", f"must be > theta1 ({self.theta1}), got {self.theta2}")
+        if not 0 <= self.hysteresis < 1:
+            raise SpecError(f"{path}.hysteresis", f"must be within [0, 1), got {self.hysteresis}")
+        if not self.min_dwell_ms >= 0:
+            raise SpecError(f"{path}.min_dwell_ms", f"must be >= 0 ms, got {self.min_dwell_ms}")
+        for i, regime in enumerate(REGIMES):
+            if not self.temperature[i] >= 0:
+                raise SpecError(f"{path}.{regime}.temperature", f"must be >= 0, got {self.temperature[i]}")
+            if not self.overlap_weight[i] >= 0:
+                raise SpecError(f"{path}.{regime}.overlap_weight", f"must be >= 0, got {self.overlap_weight[i]}")
+        if self.log_switches < 0:
+            raise SpecError(f"{path}.log_switches", f"must be >= 0, got {self.log_switches}")
+
+
+@dataclass(frozen=True)
 class PolicySpec:
-    """How the router makes its policy decision (the prefill worker in prefill_first, the decode
-    worker in decode_first and aggregated)."""
+    """How the router decides: the prefill worker in prefill_first (then the decode worker by load,
+    as Dynamo does, with `decode_overlap_weight`), the decode worker in decode_first and
+    aggregated. `adaptive` is the kv router retuned by `controller` during the run."""
 
     name: str = "dynamo-default"
     kind: str = "kv"
     overlap_weight: float = 1.0
     temperature: float = 0.0
     d: int = 2
+    decode_overlap_weight: float = 0.0
+    controller: ControllerSpec = field(default_factory=ControllerSpec)
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
@@ -191,6 +253,10 @@ class PolicySpec:
             raise SpecError(f"{path}.overlap_weight", f"must be >= 0, got {self.overlap_weight}")
         if not self.temperature >= 0:
             raise SpecError(f"{path}.temperature", f"must be >= 0, got {self.temperature}")
+        if not self.decode_overlap_weight >= 0:
+            raise SpecError(f"{path}.decode_overlap_weight", f"must be >= 0, got {self.decode_overlap_weight}")
+        if self.kind == "adaptive":
+            self.controller.validate("controller")
         if self.kind == "power_of_d" and self.d < 1:
             raise SpecError(f"{path}.d", f"must be >= 1, got {self.d}")
 
@@ -218,6 +284,25 @@ class ClusterSpec:
 
     def n_workers(self) -> int:
         return (0 if self.flow == "aggregated" else self.n_prefill) + self.n_decode
+
+    def decisions(self) -> dict[str, tuple[int, int]]:
+        """The routing decisions of a request: stage -> (first worker, candidates). prefill_first
+        chooses a prefill worker, then a decode worker; the other flows choose a decode worker
+        (a decode_first prefill worker pulls from a shared queue: no routing decision)."""
+        n_p = 0 if self.flow == "aggregated" else self.n_prefill
+        out = {"prefill": (0, n_p)} if self.flow == "prefill_first" else {}
+        out["decode"] = (n_p, self.n_decode)
+        return out
+
+    def poa_stage(self, stage: str = "auto") -> tuple[str, int, int]:
+        """(stage, first worker, candidates) PoA-hat is taken over. auto: the decision with more
+        than one candidate, decode when both have; with neither, decode (one candidate: no game)."""
+        d = self.decisions()
+        if stage == "auto":
+            stage = "decode" if d["decode"][1] > 1 or "prefill" not in d or d["prefill"][1] < 2 else "prefill"
+        if stage not in d:
+            raise SpecError("poa.stage", f"flow {self.flow} makes no {stage} routing decision")
+        return (stage, *d[stage])
 
     def validate(self, path: str = "cluster") -> None:
         if self.flow not in FLOWS:
@@ -276,6 +361,14 @@ class CellSpec:
                     f"a prompt of up to {w.isl.max_value()} tokens needs {need_p} blocks, "
                     f"more than a prefill worker's kv_blocks ({c.prefill_kv_blocks})",
                 )
+        if self.policy.kind == "pull" and c.flow != "prefill_first":
+            raise SpecError(
+                "policy.kind",
+                "pull routes to prefill workers: it needs cluster.flow = prefill_first "
+                "(decode_first prefill workers always pull)",
+            )
+        if self.policy.kind == "oracle" and c.flow != "prefill_first":
+            raise SpecError("policy.kind", "oracle models the prefill_first path: it needs flow = prefill_first")
         if self.policy.kind == "power_of_d" and self.policy.d > self._n_candidates():
             raise SpecError("policy.d", f"d={self.policy.d} exceeds the {self._n_candidates()} candidate workers")
         if w.arrival == "closed" and w.concurrency > c.max_inflight:

@@ -129,3 +129,68 @@ def test_warmup_below_twice_the_concurrency_is_warned_not_refused():
     assert any("run.warmup" in w for w in grid_warnings(low))
     high = loads_grid(SMALL.replace("warmup = ", "warmup = 100000 #"))
     assert grid_warnings(high) == []
+
+
+def test_controller_table_reaches_adaptive_policies_only():
+    from poa_mc.config import loads_grid
+
+    text = """
+[grid]
+topology = ["1P/2D"]
+concurrency = [4]
+[[policy]]
+name = "static"
+kind = "kv"
+[[policy]]
+name = "adaptive"
+kind = "adaptive"
+[controller]
+threshold_unit = "baseline"
+theta1 = 2.0
+theta2 = 8.0
+saturated = { temperature = 0.9 }
+"""
+    g = loads_grid(text)
+    static, adaptive = g.policies
+    assert adaptive.controller.theta1 == 2.0 and adaptive.controller.temperature == (0.0, 0.7, 0.9)
+    assert adaptive.controller.overlap_weight == (1.0, 1.0, 0.1)
+    assert static.controller == type(static.controller)()  # other cells keep their ids
+
+
+@pytest.mark.parametrize(
+    "table,path",
+    [
+        ("theta1 = 5.0\ntheta2 = 4.0", "controller.theta2"),
+        ("ewma_alpha = 0.0", "controller.ewma_alpha"),
+        ("threshold_unit = 'percent'", "controller.threshold_unit"),
+        ("transition = { temprature = 0.5 }", "controller.transition.temprature"),
+        ("windw = 5", "controller.windw"),
+    ],
+)
+def test_bad_controller_keys_are_named(table, path):
+    from poa_mc.config import ConfigError, loads_grid
+
+    text = f"""
+[grid]
+topology = ["1P/2D"]
+concurrency = [4]
+[[policy]]
+name = "adaptive"
+kind = "adaptive"
+[controller]
+{table}
+"""
+    with pytest.raises(ConfigError) as err:
+        loads_grid(text)
+    assert err.value.path == path
+
+
+def test_paper_presets_load_on_the_prefill_first_path():
+    from poa_mc.cli.main import builtin_grids
+
+    for name in ("paper-70b-1p2d", "paper-70b-1p5d", "paper-340b-1p2d"):
+        grid = load_grid(builtin_grids()[name])
+        assert grid.cluster.flow == "prefill_first"
+        assert {p.kind for p in grid.policies} >= {"kv", "adaptive", "oracle"}
+        assert len(grid.policies) == 18 and len(grid.loads) == 17
+        assert all(c.spec.cluster.poa_stage("auto")[0] == "decode" for c in grid.cells())

@@ -128,20 +128,27 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         import warnings, numpy as np
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
-        from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+        from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PolicySpec, WorkloadSpec
         # (flow, policy, event delay, decode kv blocks, temperature, transfer ms): the last three
         # put decode workers under KV pressure (preemption), sample the decode choice, and run the
         # transfer handshake
         cases = [("prefill_first", "kv", 0.0, 16384, 0.0, 0.0, 12), ("decode_first", "kv", 0.0, 16384, 0.0, 0.0, 12),
                  ("prefill_first", "power_of_d", 0.0, 16384, 0.0, 0.0, 12),
                  ("decode_first", "kv", 30.0, 16384, 0.0, 0.0, 12),
-                 ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60), ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60)]
+                 ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60), ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60),
+                 ("prefill_first", "oracle", 0.0, 60, 0.0, 1.0, 30),
+                 ("prefill_first", "adaptive", 0.0, 60, 0.0, 0.0, 30),
+                 ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12)]
+        # a controller that switches within the run; a decode router that chases overlap
+        more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
+                                                           min_dwell_ms=0.0, window=8)),
+                "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5)}
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
                                                   prefix_groups=3, concurrency=6),
-                            policy=PolicySpec(kind=pol, temperature=tau))
+                            policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a = simulate(spec, backend="cpu", **kw)
             b = simulate(spec, backend="cuda", **kw)
@@ -149,8 +156,12 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
             for k in a.samples:
                 assert np.array_equal(a.samples[k], b.samples[k]), (flow, k)
             for k in a.candidates:
-                assert np.array_equal(a.candidates[k], b.candidates[k]), (flow, k)
-            assert np.array_equal(a.replica["preemptions"], b.replica["preemptions"]), flow
+                assert np.array_equal(a.candidates[k], b.candidates[k], equal_nan=True), (flow, k)
+            for k in a.replica:
+                assert np.array_equal(a.replica[k], b.replica[k]), (flow, pol, k)
+            if pol == "adaptive":
+                assert a.replica["switches"].sum() > 0
+                assert np.array_equal(a.extra["switch_log"], b.extra["switch_log"], equal_nan=True)
             if dkv == 30:
                 assert a.replica["preemptions"].sum() > 0, flow
         print("EQUAL")
