@@ -239,8 +239,15 @@ def presets(name: str | None) -> None:
 @click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--allow-partial", is_flag=True, help="Summarise the cells present even if some are missing.")
 @click.option("--window", type=click.IntRange(min=1), default=None, help="Override [poa].window for this reduce.")
-@click.option("--slots", type=click.IntRange(min=0), default=None, help="Override [poa].slots (0 = ceil(window/K)).")
+@click.option(
+    "--slots",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Override [poa].slots (0 = the pricing's default: window for slot, ceil(window/K) for frozen).",
+)
 @click.option("--cost", type=click.Choice(["router", "ttft", "observed"]), default=None, help="Override [poa].cost.")
+@click.option("--stage", type=click.Choice(["auto", "prefill", "decode"]), default=None, help="Override [poa].stage.")
+@click.option("--pricing", type=click.Choice(["slot", "frozen"]), default=None, help="Override [poa].pricing.")
 @click.option(
     "--social-cost",
     type=click.Choice(["mean_ttft", "mean_e2e", "p99_ttft"]),
@@ -255,6 +262,8 @@ def reduce(
     window: int | None,
     slots: int | None,
     cost: str | None,
+    stage: str | None,
+    pricing: str | None,
     social_cost: str | None,
     plot: bool,
 ) -> None:
@@ -265,11 +274,14 @@ def reduce(
         raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
     overrides = {
         k: v
-        for k, v in {"window": window, "slots": slots, "cost": cost, "social_cost": social_cost}.items()
+        for k, v in {
+            "window": window, "slots": slots, "cost": cost, "social_cost": social_cost, "stage": stage,
+            "pricing": pricing,
+        }.items()
         if v is not None
-    }
-    if overrides.get("window") is not None or overrides.get("slots") is not None:
-        _check_slots(run_dir, overrides)
+    }  # fmt: skip
+    if overrides:
+        _check_stage_and_slots(run_dir, overrides)
     summary, poa = reduce_run(run_dir, allow_partial=allow_partial, overrides=overrides)
     click.echo(f"summary: {run_dir / 'summary.parquet'} ({summary.height} cells)")
     click.echo(f"poa:     {run_dir / 'poa.parquet'} ({poa.height} topology x load points)")
@@ -280,19 +292,26 @@ def reduce(
         click.echo(f"plots:   {run_dir / 'plots'}/ ({', '.join(p.name for p in paths)})")
 
 
-def _check_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
+def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
+    """The overridden [poa] must fit every cell: its stage must exist in the cell's flow, and its
+    slots must let the stage's K workers take a window."""
     import json
 
-    poa = {**json.loads((run_dir / "manifest.json").read_text())["grid"]["poa"], **overrides}
-    if poa["slots"]:
-        import polars as pl
+    import polars as pl
 
-        cells = pl.read_parquet(run_dir / "cells.parquet")
-        k = cells.select(
-            pl.when(pl.col("flow") == "prefill_first").then(pl.col("n_prefill")).otherwise(pl.col("n_decode")).min()
-        ).item()
-        if poa["slots"] * k < poa["window"]:
-            raise BadInput(f"--slots: {poa['slots']} slots x {k} workers cannot take a window of {poa['window']}")
+    from poa_mc.config import PoaSection
+    from poa_mc.spec import ClusterSpec, SpecError
+
+    poa = {**json.loads((run_dir / "manifest.json").read_text())["grid"]["poa"], **overrides}
+    section = PoaSection(**{k: v for k, v in poa.items() if k in PoaSection.__dataclass_fields__})
+    for spec_json in pl.read_parquet(run_dir / "cells.parquet")["spec_json"].unique().to_list():
+        cluster = ClusterSpec(**json.loads(spec_json)["cluster"])
+        try:
+            _, _, k = cluster.poa_stage(section.stage)
+        except SpecError as e:
+            raise BadInput(f"--stage: {e.message}") from None
+        if k > 1 and section.slots_for(k) * k < section.window:
+            raise BadInput(f"--slots: {section.slots} slots x {k} workers cannot take a window of {section.window}")
 
 
 @main.command()

@@ -922,7 +922,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
 
     @jit
-    def pick_least(rep_i, key, dec, best, best_v, ties, w, v):
+    def pick_least(key, dec, best, best_v, ties, w, v):
         """One step of an argmin with ties broken uniformly at random (reservoir over the tied
         set): returns (best, best_v, ties) after candidate w of value v."""
         if best < 0 or v < best_v:
@@ -958,7 +958,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             own = isl - usable_hit(ip, cache_overlap(pc, r, w, g, pfx), isl) * bs
             waiting = nq - np.int64(wk_i[r, w, WI_PASS_K]) + 1
             v = rest + prefill_span(fp, queued + own) + fp[F_OVH_PASS] + waiting * fp[F_OVH_REQ]
-            best, best_v, ties = pick_least(rep_i, key, dec, best, best_v, ties, w, v)
+            best, best_v, ties = pick_least(key, dec, best, best_v, ties, w, v)
         return best
 
     @jit
@@ -990,7 +990,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             avail = ip[P_DKV] - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
             if pblk > avail:
                 v += 1e12
-            best, best_v, ties = pick_least(rep_i, key, dec, best, best_v, ties, d, v)
+            best, best_v, ties = pick_least(key, dec, best, best_v, ties, d, v)
         return best
 
     @jit_inline

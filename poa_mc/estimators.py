@@ -52,7 +52,14 @@ decisions in arrival order (a trailing partial window is dropped):
     that costs 1 for each, against 3 elsewhere, give 4 / 8 = 0.5), as the paper observed.
 
   In both, request-specific terms (r's own prompt, r's prefix overlap with w) are kept exactly as
-  recorded and completions during the window are not undone.
+  recorded. Completions during the window: given each decision's time and when the load it booked
+  leaves its worker (`decided_ms`, `released_tokens_ms`, `released_blocks_ms`; reduce passes them),
+  only the earlier load still there at a decision is taken off, and under slot pricing the j-th
+  request on w is charged max(j - 1 - T_w, 0) earlier loads, T_w being the router's requests on w
+  whose load was gone by the window's last decision (its j-th request on w still saw at least
+  that many), which keeps OPT <= ACTUAL. Without the times every earlier load counts as present:
+  at low load, where requests finish inside a window, OPT then undoes load that had already left
+  and PoA-hat inflates (5.3 at C = 1 on a 1P/4D dynamo-mocker cell before reduce passed them).
 * PoA-hat of a replica = sum ACTUAL / sum OPT over its windows; the cell's estimate is the ratio of
   sums over all replicas with the log-delta interval. With a single candidate worker (K = 1) there
   is no choice, hence no game: PoA-hat is undefined (`PoaHat.defined` False, NaN estimate).
@@ -278,24 +285,65 @@ def social_cost_per_replica(kind: str, ttft_ms: np.ndarray, e2e_ms: np.ndarray) 
 # PoA-hat
 
 
-def _load_before(chosen: np.ndarray, added: np.ndarray, window: int, k: int) -> np.ndarray:
-    """(R, nw, window, K): the load the window's earlier decisions added to each worker."""
+def _load_before(
+    chosen: np.ndarray,
+    added: np.ndarray,
+    window: int,
+    k: int,
+    decided: np.ndarray | None = None,
+    released: np.ndarray | None = None,
+) -> np.ndarray:
+    """(R, nw, window, K): the load the window's earlier decisions added to each worker and that
+    is still there at each decision: all of it, or with decision and release times (R, N) only
+    that of the earlier decisions whose load is released after the decision at hand."""
     r = chosen.shape[0]
     m = (chosen.shape[1] // window) * window
     onehot = np.zeros((r, m, k))
     np.put_along_axis(onehot, chosen[:, :m, None].astype(np.int64), added[:, :m, None].astype(np.float64), axis=2)
     onehot = onehot.reshape(r, m // window, window, k)
-    return np.cumsum(onehot, axis=2) - onehot  # exclusive prefix sum within the window
+    if decided is None or released is None:
+        return np.cumsum(onehot, axis=2) - onehot  # exclusive prefix sum within the window
+    shape = (r, m // window, window)
+    t = np.asarray(decided, dtype=np.float64)[:, :m].reshape(shape)
+    out = np.asarray(released, dtype=np.float64)[:, :m].reshape(shape)
+    earlier = np.tril(np.ones((window, window), dtype=bool), -1)  # [i, e]: e before i
+    present = earlier & (out[:, :, None, :] > t[:, :, :, None])  # e's load still there at i
+    return np.einsum("rwie,rwek->rwik", present.astype(np.float64), onehot)
 
 
-def freeze_load(values: np.ndarray, chosen: np.ndarray, added: np.ndarray, window: int) -> np.ndarray:
+def _transient(
+    chosen: np.ndarray, window: int, k: int, decided: np.ndarray | None, released: np.ndarray | None
+) -> np.ndarray:
+    """(R, nw, K): per window and worker, the router's requests there whose load was released by
+    the window's last decision (0 without times). The j-th request on a worker has at least
+    j - 1 - T_w earlier ones whose load it still saw, which keeps slot pricing a relaxation when
+    requests complete inside a window (at low load all of them do)."""
+    r = chosen.shape[0]
+    nw = chosen.shape[1] // window
+    if decided is None or released is None or nw == 0:
+        return np.zeros((r, nw, k))
+    shape = (r, nw, window)
+    t_last = np.asarray(decided, dtype=np.float64)[:, : nw * window].reshape(shape).max(axis=2, keepdims=True)
+    gone = np.asarray(released, dtype=np.float64)[:, : nw * window].reshape(shape) <= t_last
+    ch = chosen[:, : nw * window].reshape(shape)[..., None].astype(np.int64) == np.arange(k)
+    return (ch & gone[..., None]).sum(axis=2).astype(np.float64)
+
+
+def freeze_load(
+    values: np.ndarray,
+    chosen: np.ndarray,
+    added: np.ndarray,
+    window: int,
+    decided: np.ndarray | None = None,
+    released: np.ndarray | None = None,
+) -> np.ndarray:
     """Undo, inside each window, the load that the window's earlier decisions added.
 
     values (R, N, K): a load-bearing quantity recorded at each decision (tokens or blocks);
     chosen (R, N): worker index chosen; added (R, N): what each decision added to its worker.
     Returns values minus, for each decision, the sum of `added` over the earlier decisions of its
-    window that went to the same worker (clipped at 0). Trailing partial windows are left as they
-    are (they are not used).
+    window that went to the same worker (clipped at 0); with decision and release times, only the
+    load still there at each decision. Trailing partial windows are left as they are (unused).
     """
     r, n, k = values.shape
     nw = n // window
@@ -303,7 +351,7 @@ def freeze_load(values: np.ndarray, chosen: np.ndarray, added: np.ndarray, windo
     if nw == 0:
         return out
     m = nw * window
-    before = _load_before(chosen, added, window, k)
+    before = _load_before(chosen, added, window, k, decided, released)
     out[:, :m] = np.maximum(out[:, :m] - before.reshape(r, m, k), 0.0)
     return out
 
@@ -483,13 +531,16 @@ def slot_priced_opt(
     isl: np.ndarray | None = None,
     *,
     windows_per_replica: int = 0,
+    transient_tok: np.ndarray | None = None,
+    transient_blk: np.ndarray | None = None,
 ) -> np.ndarray:
     """OPT of each window under slot pricing (see the module docstring).
 
     f_tok, f_blk (W, n, K): recorded tokens / blocks minus the window's earlier load, unclipped;
     a_tok, a_blk (W, K): the load charged per earlier request on each worker; price(tok, blk, isl)
     the cost function, applied to (c, n, slots, K) arrays with isl (c, n, 1) (or None);
-    isl (W, n). Returns (W,).
+    isl (W, n); transient_tok, transient_blk (W, K): requests per worker whose load was gone by the
+    window's end (slot j then charges max(j - 1 - T_w, 0) earlier loads). Returns (W,).
     """
     nwin, n, k = f_tok.shape
     if slots * k < n:
@@ -497,14 +548,19 @@ def slot_priced_opt(
     # (j - 1) for slot j, on the axis between requests and workers: a window's matrix is then
     # (n, slots * K) in one reshape, columns grouped by slot (their order is irrelevant to OPT).
     steps = np.arange(slots, dtype=np.float64)[None, None, :, None]
+    zero = np.zeros((nwin, k))
+    t_tok = zero if transient_tok is None else transient_tok
+    t_blk = zero if transient_blk is None else transient_blk
     # Chunks of windows keep the (c, n, slots, K) temporaries near 0.5 MB each: bounded memory, and
     # cache-sized arrays make the elementwise pricing about twice as fast as one big pass.
     chunk = max(1, (1 << 16) // (n * slots * k))
     out = np.empty(nwin)
     for s in range(0, nwin, chunk):
         e = min(s + chunk, nwin)
-        tok = np.maximum(f_tok[s:e, :, None, :] + steps * a_tok[s:e, None, None, :], 0.0)
-        blk = np.maximum(f_blk[s:e, :, None, :] + steps * a_blk[s:e, None, None, :], 0.0)
+        st_tok = np.maximum(steps - t_tok[s:e, None, None, :], 0.0)
+        st_blk = np.maximum(steps - t_blk[s:e, None, None, :], 0.0)
+        tok = np.maximum(f_tok[s:e, :, None, :] + st_tok * a_tok[s:e, None, None, :], 0.0)
+        blk = np.maximum(f_blk[s:e, :, None, :] + st_blk * a_blk[s:e, None, None, :], 0.0)
         p = price(tok, blk, None if isl is None else isl[s:e, :, None])
         p = np.ascontiguousarray(np.broadcast_to(p, tok.shape), dtype=np.float64).reshape(e - s, n, slots * k)
         _require_finite(p, s, windows_per_replica)
@@ -600,6 +656,9 @@ def poa_hat_from_candidates(
     ttft_ms: np.ndarray | None = None,
     pricing: str = "slot",  # slot | frozen
     decode_kv_blocks: int = 16384,
+    decided_ms: np.ndarray | None = None,
+    released_tokens_ms: np.ndarray | None = None,
+    released_blocks_ms: np.ndarray | None = None,
 ) -> PoaHat:
     """PoA-hat of one cell from the router's recorded view (see the module docstring).
 
@@ -628,8 +687,8 @@ def poa_hat_from_candidates(
 
     if pricing == "frozen":
         if freeze:
-            f_tok = freeze_load(cand_tokens, chosen, added_tokens, window)
-            f_blk = freeze_load(cand_blocks, chosen, added_blocks, window)
+            f_tok = freeze_load(cand_tokens, chosen, added_tokens, window, decided_ms, released_tokens_ms)
+            f_blk = freeze_load(cand_blocks, chosen, added_blocks, window, decided_ms, released_blocks_ms)
         else:
             f_tok, f_blk = cand_tokens, cand_blocks
         return windowed_poa(realized, price(f_tok, f_blk, isl), chosen, window, slots)
@@ -650,10 +709,21 @@ def poa_hat_from_candidates(
     shape = (r * nw, window, k)
     tok = np.asarray(cand_tokens, dtype=np.float64)[:, :m].reshape(shape)
     blk = np.asarray(cand_blocks, dtype=np.float64)[:, :m].reshape(shape)
-    f_tok = tok - _load_before(chosen, added_tokens, window, k).reshape(shape)
-    f_blk = blk - _load_before(chosen, added_blocks, window, k).reshape(shape)
+    f_tok = tok - _load_before(chosen, added_tokens, window, k, decided_ms, released_tokens_ms).reshape(shape)
+    f_blk = blk - _load_before(chosen, added_blocks, window, k, decided_ms, released_blocks_ms).reshape(shape)
     a_tok = _min_added(chosen, added_tokens, window, k).reshape(r * nw, k)
     a_blk = _min_added(chosen, added_blocks, window, k).reshape(r * nw, k)
     isl_w = None if isl is None else np.asarray(isl, dtype=np.float64)[:, :m].reshape(r * nw, window)
-    opt = slot_priced_opt(f_tok, f_blk, a_tok, a_blk, price, slots, isl_w, windows_per_replica=nw)
+    opt = slot_priced_opt(
+        f_tok,
+        f_blk,
+        a_tok,
+        a_blk,
+        price,
+        slots,
+        isl_w,
+        windows_per_replica=nw,
+        transient_tok=_transient(chosen, window, k, decided_ms, released_tokens_ms).reshape(r * nw, k),
+        transient_blk=_transient(chosen, window, k, decided_ms, released_blocks_ms).reshape(r * nw, k),
+    )
     return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)

@@ -109,10 +109,11 @@ def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("ratio to the best found (1 = no loss)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        # below the axes: regime shading and the knee would otherwise sit under the legend
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False)
     fig.suptitle("Price of Anarchy with 95% confidence bands (across replicas)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -125,7 +126,7 @@ def plot_poa_heatmap(poa: pl.DataFrame, path: Path) -> Path:
     for row in poa.iter_rows(named=True):
         z[topologies.index(row["topology"]), loads.index(row[load])] = row["poa_hat"]
     z = _finite(z)
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 1.0 * len(loads)), 1.8 + 0.7 * len(topologies)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 0.6 * len(loads)), 2.6 + 0.7 * len(topologies)))
     good = z[np.isfinite(z) & (z > 0)]
     norm = (
         LogNorm(vmin=good.min(), vmax=good.max())
@@ -158,20 +159,41 @@ def plot_poa_heatmap(poa: pl.DataFrame, path: Path) -> Path:
     return path
 
 
+_NAMED_MAX = 8  # policies drawn in colour with a legend entry; the rest as grey lines
+
+
+def _named_policies(summary: pl.DataFrame, policies: list[str]) -> list[str]:
+    """Which policies get a colour: all when few; else the non-kv kinds (adaptive, oracle, ...)
+    and the first kv policy (the grid's default), up to _NAMED_MAX."""
+    if len(policies) <= _NAMED_MAX:
+        return policies
+    kinds = dict(zip(summary["policy"].to_list(), summary["policy_kind"].to_list()))
+    first_kv = next((p for p in policies if kinds.get(p) == "kv"), policies[0])
+    named = [p for p in policies if p == first_kv or kinds.get(p) != "kv"]
+    return named[:_NAMED_MAX]
+
+
 def plot_ttft_p99(summary: pl.DataFrame, path: Path) -> Path:
     load, xlabel = _load_col(summary)
     topologies = summary["topology"].unique(maintain_order=True).to_list()
     policies = summary["policy"].unique(maintain_order=True).to_list()
+    named = _named_policies(summary, policies)
     fig, axes = _panels(len(topologies))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, topo in zip(axes, topologies):
-        for i, pol in enumerate(policies):
+        grey_label = f"{len(policies) - len(named)} other kv settings"
+        for pol in policies:
             d = summary.filter((pl.col("topology") == topo) & (pl.col("policy") == pol)).sort(load)
             if not d.height:
                 continue
             x = d[load].to_numpy().astype(float)
-            c = colors[i % len(colors)]
-            ax.plot(x, d["ttft_p99_ms"].to_numpy(), marker="o", color=c, label=pol)
+            y = d["ttft_p99_ms"].to_numpy()
+            if pol not in named:
+                ax.plot(x, y, color="grey", alpha=0.5, linewidth=0.8, label=grey_label)
+                grey_label = None
+                continue
+            c = colors[named.index(pol) % len(colors)]
+            ax.plot(x, y, marker="o", markersize=4, color=c, label=pol)
             ax.fill_between(
                 x, d["ttft_p99_ms_lo"].to_numpy(), d["ttft_p99_ms_hi"].to_numpy(), color=c, alpha=0.2, linewidth=0
             )
@@ -181,10 +203,10 @@ def plot_ttft_p99(summary: pl.DataFrame, path: Path) -> Path:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("TTFT P99 (ms)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(title="policy", fontsize=8)
+        ax.legend(title="policy", fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False)
     fig.suptitle("Time to first token, 99th percentile per replica, 95% bands")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -132,16 +132,28 @@ def _poa_hat_stage(
     add_t = _matrix(df, f"{stage}_added_tokens", r, n)
     add_b = _matrix(df, f"{stage}_added_blocks", r, n)
     obs, isl_s = ttft, isl
+    # when each decision was made and when the load it booked left its worker (see estimators)
+    arrival = _matrix(df, "arrival_ms", r, n)
+    decided = _matrix(df, "decode_decided_ms", r, n)
+    done = arrival + _matrix(df, "e2e_ms", r, n)
+    if stage == "prefill":  # the prefill worker's booking ends with the prefill
+        t_dec, rel_t, rel_b = arrival, decided, decided
+    elif cluster.flow == "prefill_first":
+        t_dec, rel_t, rel_b = decided, done, done
+    else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
+        t_dec, rel_t, rel_b = arrival, arrival + ttft, done
     if stage == "decode" and cluster.flow == "prefill_first":
         # decode decisions come as prefills end, not in arrival order: windows follow them
-        order = np.argsort(_matrix(df, "decode_decided_ms", r, n), axis=1, kind="stable")
+        order = np.argsort(decided, axis=1, kind="stable")
 
         def take(x: np.ndarray) -> np.ndarray:
             return np.take_along_axis(x, order[:, :, None] if x.ndim == 3 else order, axis=1)
 
         # the decode decision's observed latency starts when it is made (the prefill is behind it)
-        since = ttft - (_matrix(df, "decode_decided_ms", r, n) - _matrix(df, "arrival_ms", r, n))
-        tokens, blocks, chosen, add_t, add_b, obs, isl_s = map(take, (tokens, blocks, chosen, add_t, add_b, since, isl))
+        since = ttft - (decided - arrival)
+        tokens, blocks, chosen, add_t, add_b, obs, isl_s, t_dec, rel_t, rel_b = map(
+            take, (tokens, blocks, chosen, add_t, add_b, since, isl, t_dec, rel_t, rel_b)
+        )
         omega = float(spec["policy"].get("decode_overlap_weight", 0.0))
         cost = {"ttft": "decode_step", "observed": "observed_step"}.get(poa.get("cost", "router"), "router")
     else:
@@ -164,6 +176,9 @@ def _poa_hat_stage(
         pricing=poa.get("pricing", "slot"),
         decode_kv_blocks=int(cluster.decode_kv_blocks),
         ttft_ms=obs,
+        decided_ms=t_dec,
+        released_tokens_ms=rel_t,
+        released_blocks_ms=rel_b,
     )
     if ph.defined and ph.windows:
         _put(row, "poa_hat", ph.estimate())

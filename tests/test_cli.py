@@ -87,6 +87,10 @@ def test_run_shards_then_reduce_and_plot(grid_file, tmp_path, fake):
     assert manifest["seed"] == 7 and manifest["poa_mc_version"]
     r = invoke("reduce", out, "--window", "2", "--no-plot")
     assert r.exit_code == 0 and "8 cells" in r.output
+    # decode_first makes no prefill routing decision: an override naming it is bad input
+    r = invoke("reduce", out, "--stage", "prefill", "--no-plot")
+    assert r.exit_code == 2 and "--stage" in r.output and "no prefill routing decision" in r.output
+    assert invoke("reduce", out, "--pricing", "frozen", "--no-plot").exit_code == 0
     assert invoke("plot", out).exit_code == 0
     assert invoke("plot", tmp_path).exit_code == 2
 
