@@ -95,6 +95,8 @@ from .layout import (
     P_RECLAST,
     P_RECORD,
     P_WARM,
+    POL_BATCH,
+    POL_KV,
     POL_ORACLE,
     POL_PULL,
     PROF_DET,
@@ -1021,12 +1023,15 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
             return
         by_tokens = np.int64(1) if prefill_first else np.int64(0)
-        ctl_tick(ip, fp, rep_i, rep_f, r, t)
+        if ip[P_CTL] == 1:
+            ctl_tick(ip, fp, rep_i, rep_f, r, t)
         if policy == POL_ORACLE:
             w = oracle_prefill(ip, fp, slot_i, wk_i, wk_f, pc, queue, rep_i, r, key, s, lo, k, t)
         else:
+            # the batch router chooses its prefill workers as the kv router does
+            pol = np.int64(POL_KV) if policy == POL_BATCH else policy
             w = router_choose(
-                policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, rep_f[r, RF_OMEGA], rep_f[r, RF_TAU],
+                pol, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, rep_f[r, RF_OMEGA], rep_f[r, RF_TAU],
                 ip[P_D], by_tokens,
             )  # fmt: skip
         # the router books what it believes; workers compute against what they really hold

@@ -21,8 +21,9 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 released runs of unique blocks: blocks, LRU stamp, owner slot (-1
                                 none; a preempted request's own run), unused
   ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
-  queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue,
-                                row W + 1 the stack of free slots (open loop)
+  queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue
+                                (the batch router's held decisions), row W + 1 the stack of free
+                                slots (open loop)
   run   int32 (R, W, min(Q, max_seqs))         running slots of each decode worker (unordered, swap-remove)
   heap_t float64 (R, H)         min-heap of client wake-up times (closed loop)
   heap_c int32 (R, H)           client id of each heap entry
@@ -30,7 +31,8 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   rep_f float64 (R, NRF + 2 CW + 3 CS)  replica clocks, indices RF_*; then, with the adaptive
                                 controller (kernels/controller.py), a ring of the CW most recent
                                 first tokens (TTFT ms, time observed ms) at NRF + 2 i, and a log of
-                                its first CS regime switches (time ms, from, to) at NRF + 2 CW + 3 j
+                                its first CS regime switches (time ms, from, to) at NRF + 2 CW + 3 j;
+                                then the batch router's scratch (kernels/batch.py)
   out_f float64 (R, N, NOF)     measured request outputs, indices OF_*
   out_i int32 (R, N, NOI)       measured request outputs, indices OI_*
   cand  float64 (R, N, W, 2)    router view per candidate worker (global index): [tokens, blocks],
@@ -79,7 +81,8 @@ P_RECLAST = 36  # 1: a prefix hit stops short of the prompt's last token (vLLM r
 P_CTL = 37  # 1: the adaptive controller retunes (omega, tau) during the run (kernels/controller.py)
 P_CTL_WIN = 38  # controller: first tokens in its sliding window (CW)
 P_CTL_LOG = 39  # controller: switches logged per replica (CS)
-NP_I = 40
+P_BATCH_N = 40  # batch router: decode decisions held before a joint assignment (0: no batch router)
+NP_I = 41
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
@@ -95,6 +98,7 @@ POL_LEAST_LOADED = 3
 POL_POWER_OF_D = 4
 POL_PULL = 5
 POL_ORACLE = 6  # prefill_first: least predicted TTFT from the true state (cluster.py: oracle_*)
+POL_BATCH = 7  # prefill_first: decode decisions held and assigned jointly (kernels/batch.py)
 
 DIST_FIXED = 0
 DIST_UNIFORM = 1
@@ -136,7 +140,8 @@ F_CTL_TAU = 26  # controller: temperature of regimes 0, 1, 2 (26, 27, 28)
 F_CTL_OMEGA = 29  # controller: overlap weight of regimes 0, 1, 2 (29, 30, 31)
 F_OVH_PASS = 32  # prefill worker: host time per scheduler pass, ms
 F_OVH_REQ = 33  # prefill worker: host time per request in a pass, ms
-NF_P = 34
+F_BATCH_MS = 34  # batch router: longest hold of a decode decision, ms
+NF_P = 35
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -247,7 +252,8 @@ RF_EWMA = 6  # controller: EWMA of the window's TTFT P99, ms (-1 before the firs
 RF_CTL_NEXT = 7  # controller: time of the next control step
 RF_LASTSW = 8  # controller: time of the last switch (start of the current regime)
 RF_REGT = 9  # controller: time spent in regimes 0, 1, 2 before the current one (9, 10, 11)
-NRF = 12
+RF_BATCH_DUE = 12  # batch router: when the held decisions are assigned at the latest (+inf: none held)
+NRF = 13
 
 # ---- outputs ----
 OF_ARR = 0

@@ -43,12 +43,14 @@ from .layout import (
     P_SEED,
     P_STREAM,
     P_WARM,
+    POL_BATCH,
     POL_KV,
     POL_ORACLE,
     POL_PULL,
     PROF_POLY,
     RESV_ADMIT,
     RESV_PENDING,
+    RF_BATCH_DUE,
     RF_NEXT_ARR,
     RF_OMEGA,
     RF_T,
@@ -105,7 +107,7 @@ STATUS_STALL = 3
 # STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
-def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -115,12 +117,15 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
     cache_grow = cache.grow
     router_fewest_blocks = router.fewest_blocks
     router_decode_choice = router.decode_choice
+    router_sample_blocks = router.sample_blocks
     cache_seen_overlap = cache.seen_overlap
     ctl_start = controller.start
     ctl_tick = controller.tick
     ctl_observe = controller.observe
     cl_record_candidates = cl.record_candidates
     cl_oracle_decode = cl.oracle_decode
+    batch_hold = batch.hold
+    batch_flush = batch.flush
     heap_pop = heap.pop
     heap_push = heap.push
     cl_finish = cl.finish
@@ -239,6 +244,9 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
             # the prefill worker keeps the KV until the decode worker has it (plan_decode frees it)
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
             wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+            if ip[P_POLICY] == POL_BATCH:
+                batch_hold(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_f, out_f, out_i, cand, r, s, t)
+                return
             omega_d = fp[F_DOMEGA]
             cl_record_candidates(ip, slot_i, wk_i, pc, cand, r, s, ip[P_NP], ip[P_ND], omega_d > 0.0)
             pfx = np.int64(slot_i[r, s, SI_PFX])
@@ -246,13 +254,21 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
                 d = cl_oracle_decode(
                     ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], ip[P_ND], t
                 )
-            elif ip[P_POLICY] == POL_KV:
-                ctl_tick(ip, fp, rep_i, rep_f, r, t)
-                d = router_decode_choice(
-                    wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
-                )
-            else:
+            elif ip[P_POLICY] != POL_KV:
                 d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
+            else:
+                # the calls are spelled out (not one dispatching function): this is the hot path,
+                # and on the CPU each call of a compiled function passes its array arguments
+                if ip[P_CTL] == 1:
+                    ctl_tick(ip, fp, rep_i, rep_f, r, t)
+                if omega_d > 0.0:
+                    d = router_decode_choice(
+                        wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
+                    )
+                elif rep_f[r, RF_TAU] > 0.0:
+                    d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], rep_f[r, RF_TAU])
+                else:
+                    d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
             booked = pblk
             if omega_d > 0.0:
                 booked = pblk - cache_seen_overlap(pc, r, d, g, pfx)
@@ -408,6 +424,7 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
             rep_f[r, j] = 0.0
         rep_f[r, RF_OMEGA] = fp[F_OMEGA]
         rep_f[r, RF_TAU] = fp[F_TAU]
+        rep_f[r, RF_BATCH_DUE] = INF
         if ip[P_CTL] == 1:
             ctl_start(ip, fp, rep_i, rep_f, r)
         for s in range(n_s):
@@ -433,6 +450,8 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
                     t = b
                 if w >= n_p and b == INF and wk_f[r, w, WF_WAKE] < t:
                     t = wk_f[r, w, WF_WAKE]
+            if rep_f[r, RF_BATCH_DUE] < t:
+                t = rep_f[r, RF_BATCH_DUE]
             if closed:
                 if rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] < t:
                     t = heap_t[r, 0]
@@ -472,6 +491,8 @@ def build(jit, rng, cache, router, heap, controller, cl, jit_inline=None):
                         d,
                         t,
                     )
+            if rep_f[r, RF_BATCH_DUE] <= t:  # held decode decisions whose time is up
+                batch_flush(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_f, out_f, out_i, cand, r, t)
             if rep_i[r, RI_DONE_MEAS] >= ip[P_N]:
                 break
             # arrivals due now: a closed-loop client whose wake-up time has come, or the next Poisson arrival

@@ -179,7 +179,8 @@ def build(jit, rng, cache):
         """The decode choice of prefill_first. Dynamo forces the overlap weight to 0 there: the
         fewest active blocks (the request's own blocks are a constant), softmax at tau > 0. With
         omega_d > 0 (a decode router that chases overlap, for study) it is the kv choice over the
-        decode workers' caches with that weight."""
+        decode workers' caches with that weight. (replica.py spells these cases out on its hot
+        path; this is the one place that says what the choice is.)"""
         if omega_d > 0.0:
             return choose(POL_KV, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau, 0, 0)
         if tau > 0.0:

@@ -4,7 +4,7 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import cache, cluster, controller, heap, replica, rng, router
+from . import batch, cache, cluster, controller, heap, replica, rng, router
 from ._ns import Namespace
 
 
@@ -19,8 +19,9 @@ def build(jit, jit_inline=None) -> Namespace:
     h = heap.build(jit)
     ctl = controller.build(jit)
     cl = cluster.build(jit, r, c, ro, h, ctl, jit_inline)
-    rep = replica.build(jit, r, c, ro, h, ctl, cl, jit_inline)
+    b = batch.build(jit, cl)
+    rep = replica.build(jit, r, c, ro, h, ctl, cl, b, jit_inline)
     return Namespace(
-        rng=r, cache=c, router=ro, heap=h, controller=ctl, cluster=cl, replica=rep,
+        rng=r, cache=c, router=ro, heap=h, controller=ctl, cluster=cl, batch=b, replica=rep,
         simulate_replica=rep.simulate_replica,
     )  # fmt: skip

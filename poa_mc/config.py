@@ -450,6 +450,8 @@ _POLICY_FIELDS = {
     "temperature": (float, 0.0),
     "d": (int, 2),
     "decode_overlap_weight": (float, 0.0),
+    "batch_size": (int, 8),
+    "batch_ms": (float, 5.0),
 }
 
 _CONTROLLER_FIELDS = {

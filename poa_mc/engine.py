@@ -71,6 +71,7 @@ _POLICY = {
     "pull": L.POL_PULL,
     "adaptive": L.POL_KV,  # the kv router, its settings retuned by the controller
     "oracle": L.POL_ORACLE,
+    "batch": L.POL_BATCH,
 }
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 _PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
@@ -188,6 +189,9 @@ def pack_params(
     ip[L.P_DRAIN] = 1 if drain else 0
     ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
     ip[L.P_H] = max(slots, 1)
+    if pol.kind == "batch":
+        ip[L.P_BATCH_N] = pol.batch_size
+        fp[L.F_BATCH_MS] = pol.batch_ms
     if pol.kind == "adaptive":
         ctl = pol.controller
         ip[L.P_CTL] = 1
@@ -276,6 +280,12 @@ def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
     return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)
 
 
+def _batch_scratch(ip: np.ndarray) -> int:
+    """Floats of the batch router's work arrays in rep_f (kernels/batch.py)."""
+    n = int(ip[L.P_BATCH_N])
+    return (n + 1) + 5 * (int(ip[L.P_ND]) * n + 1) if n else 0
+
+
 def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, record: bool) -> dict[str, tuple]:
     slots = int(ip[L.P_S])
     delayed = fp[L.F_EVDELAY] > 0
@@ -293,7 +303,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "heap_t": ((int(ip[L.P_H]),), np.float64),
         "heap_c": ((int(ip[L.P_H]),), np.int32),
         "rep_i": ((L.NRI,), np.int64),
-        "rep_f": ((L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]),), np.float64),
+        "rep_f": ((L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]) + _batch_scratch(ip),), np.float64),
         "out_f": ((requests, L.NOF), np.float64),
         "out_i": ((requests, L.NOI), np.int32),
         "cand": ((requests, n_workers, 2) if record else (1, 1, 2), np.float64),

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 DECODE_ADMISSIONS = ("fcfs", "replay")
-POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull", "adaptive", "oracle")
+POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull", "adaptive", "oracle", "batch")
+BATCH_MAX = 64  # held decode decisions a batch router assigns at once (its kernel scratch grows with it)
 REGIMES = ("below", "transition", "saturated")
 THRESHOLD_UNITS = ("ms", "baseline")
 DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
@@ -236,7 +237,9 @@ class ControllerSpec:
 class PolicySpec:
     """How the router decides: the prefill worker in prefill_first (then the decode worker by load,
     as Dynamo does, with `decode_overlap_weight`), the decode worker in decode_first and
-    aggregated. `adaptive` is the kv router retuned by `controller` during the run."""
+    aggregated. `adaptive` is the kv router retuned by `controller` during the run; `batch` holds
+    the decode decisions of prefill_first (up to batch_size, or batch_ms after the first) and
+    assigns them jointly."""
 
     name: str = "dynamo-default"
     kind: str = "kv"
@@ -245,6 +248,8 @@ class PolicySpec:
     d: int = 2
     decode_overlap_weight: float = 0.0
     controller: ControllerSpec = field(default_factory=ControllerSpec)
+    batch_size: int = 8
+    batch_ms: float = 5.0
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
@@ -257,6 +262,11 @@ class PolicySpec:
             raise SpecError(f"{path}.decode_overlap_weight", f"must be >= 0, got {self.decode_overlap_weight}")
         if self.kind == "adaptive":
             self.controller.validate("controller")
+        if self.kind == "batch":
+            if not 1 <= self.batch_size <= BATCH_MAX:
+                raise SpecError(f"{path}.batch_size", f"must be within [1, {BATCH_MAX}], got {self.batch_size}")
+            if not self.batch_ms >= 0:
+                raise SpecError(f"{path}.batch_ms", f"must be >= 0 ms, got {self.batch_ms}")
         if self.kind == "power_of_d" and self.d < 1:
             raise SpecError(f"{path}.d", f"must be >= 1, got {self.d}")
 
@@ -367,8 +377,10 @@ class CellSpec:
                 "pull routes to prefill workers: it needs cluster.flow = prefill_first "
                 "(decode_first prefill workers always pull)",
             )
-        if self.policy.kind == "oracle" and c.flow != "prefill_first":
-            raise SpecError("policy.kind", "oracle models the prefill_first path: it needs flow = prefill_first")
+        if self.policy.kind in ("oracle", "batch") and c.flow != "prefill_first":
+            raise SpecError(
+                "policy.kind", f"{self.policy.kind} models the prefill_first path: it needs flow = prefill_first"
+            )
         if self.policy.kind == "power_of_d" and self.policy.d > self._n_candidates():
             raise SpecError("policy.d", f"d={self.policy.d} exceeds the {self._n_candidates()} candidate workers")
         if w.arrival == "closed" and w.concurrency > c.max_inflight:

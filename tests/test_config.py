@@ -191,6 +191,6 @@ def test_paper_presets_load_on_the_prefill_first_path():
     for name in ("paper-70b-1p2d", "paper-70b-1p5d", "paper-340b-1p2d"):
         grid = load_grid(builtin_grids()[name])
         assert grid.cluster.flow == "prefill_first"
-        assert {p.kind for p in grid.policies} >= {"kv", "adaptive", "oracle"}
-        assert len(grid.policies) == 18 and len(grid.loads) == 17
+        assert {p.kind for p in grid.policies} >= {"kv", "adaptive", "oracle", "batch"}
+        assert len(grid.policies) == 19 and len(grid.loads) == 17
         assert all(c.spec.cluster.poa_stage("auto")[0] == "decode" for c in grid.cells())

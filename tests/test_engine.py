@@ -138,11 +138,13 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60), ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60),
                  ("prefill_first", "oracle", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "adaptive", 0.0, 60, 0.0, 0.0, 30),
-                 ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12)]
+                 ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12),
+                 ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
-                "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5)}
+                "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
+                "batch": dict(batch_size=3, batch_ms=2.0)}
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer),
