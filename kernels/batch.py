@@ -53,7 +53,7 @@ def build(jit, cl):
     q_pop = cl.q_pop
     q_push = cl.q_push
     hand_to_decode = cl.hand_to_decode
-    record_candidates = cl.record_candidates
+    record_candidates = cl.record_candidates_call
 
     @jit
     def cost(ip, slot_i, wk_i, queue, r, held, n, lo, i, j):

@@ -908,7 +908,6 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             svc = fp[F_SVC]
         slot_f[r, s, SF_SVC] = svc
 
-    @jit_inline
     def record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo, k, with_overlap):
         """The router's view of workers lo..lo+k-1 at this decision, in their global columns.
         The decode choice of prefill_first ignores overlap unless its weight is > 0."""
@@ -922,6 +921,12 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         for w in range(lo, lo + k):
             cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, g, pfx, isl, ip[P_B])
             cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
+
+
+    # inlined at the prefill decision (route); called at the decode decision and in batches, so
+    # that the event loop does not carry a second copy (compile time)
+    record_candidates_call = jit(record_candidates)
+    record_candidates = jit_inline(record_candidates)
 
     @jit
     def pick_least(key, dec, best, best_v, ties, w, v):
@@ -1157,5 +1162,6 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         oracle_prefill=oracle_prefill,
         oracle_decode=oracle_decode,
         record_candidates=record_candidates,
+        record_candidates_call=record_candidates_call,
         finish=finish,
     )
