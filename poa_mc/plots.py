@@ -84,10 +84,14 @@ def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
     for ax, topo in zip(axes, topologies):
         d = poa.filter(pl.col("topology") == topo).sort(load)
         x = d[load].to_numpy().astype(float)
-        stage = d["poa_stage"][0] if "poa_stage" in d.columns and d.height else ""
+        how = ", ".join(
+            str(d[c][0]) + suffix
+            for c, suffix in (("poa_stage", " decision"), ("poa_cost", " cost"), ("poa_pricing", " pricing"))
+            if c in d.columns and d.height
+        )
         _shade_regimes(ax, d, x)
         for col, label, color in (
-            ("poa_hat", f"PoA-hat, {stage} decision (router's cost model)", "tab:red"),
+            ("poa_hat", f"PoA-hat ({how})", "tab:red"),
             ("poa_cf", f"counterfactual PoA ({kind}, measured)", "tab:blue"),
         ):
             y = _finite(d[col].to_numpy())
