@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -125,3 +127,56 @@ def test_reduce_names_what_differs_in_a_foreign_cell(run_dir, tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(RunDirError, match="seed 99 there"):
         reduce_run(copy)
+
+
+def _decode_stage_frame(decided: list[float], blocks: list[list[float]], chosen: list[int]) -> pl.DataFrame:
+    """One replica of a 1P/2D prefill_first cell, rows in arrival order; the decode decisions came
+    in the order of `decided` (prefill ends), each request booking 2 blocks and staying all along."""
+    n = len(decided)
+    width = 3  # one prefill column, then the two decode workers
+    cand = [[0.0, *b] for b in blocks]
+    return pl.DataFrame(
+        {
+            "replica": [0] * n,
+            "seq": list(range(n)),
+            "arrival_ms": [0.0] * n,
+            "e2e_ms": [100.0] * n,
+            "cand_tokens": pl.Series([[0.0] * width] * n, dtype=pl.Array(pl.Float64, width)),
+            "cand_blocks": pl.Series(cand, dtype=pl.Array(pl.Float64, width)),
+            "prefill_worker": [0] * n,
+            "decode_worker": chosen,
+            "prefill_added_tokens": [128] * n,
+            "prefill_added_blocks": [2] * n,
+            "decode_added_tokens": [0] * n,
+            "decode_added_blocks": [2] * n,
+            "decode_decided_ms": decided,
+        }
+    )
+
+
+def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
+    import dataclasses
+
+    from poa_mc.reduce import _poa_hat_stage
+    from poa_mc.spec import ClusterSpec, PolicySpec, ProfileSpec
+
+    # four decode decisions, all sent to worker 0, in the order seq 1, 3, 0, 2 (prefill ends);
+    # the router's view (active blocks + the request's 2) in that order: [2, 2], [4, 2], [6, 2],
+    # [8, 2]. ACTUAL = 2 + 4 + 6 + 8 = 20; OPT puts two on each worker: 2 + 4 + 2 + 4 = 12
+    by_decision = {1: [2.0, 2.0], 3: [4.0, 2.0], 0: [6.0, 2.0], 2: [8.0, 2.0]}
+    df = _decode_stage_frame([3.0, 1.0, 4.0, 2.0], [by_decision[i] for i in range(4)], [0, 0, 0, 0])
+    spec = {
+        "cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2)),
+        "policy": dataclasses.asdict(PolicySpec()),
+        "profile": dataclasses.asdict(ProfileSpec()),
+    }
+    poa = {"window": 4, "cost": "router", "stage": "auto", "pricing": "slot"}
+    row: dict = {}
+    isl = np.full((1, 4), 128)
+    _poa_hat_stage(row, df, spec, poa, 1, 4, isl, np.ones((1, 4)))
+    assert row["poa_stage"] == "decode" and row["poa_candidates"] == 2
+    assert row["poa_hat"] == pytest.approx(20 / 12)
+    # the prefill decision has one candidate: no game, no number
+    row = {}
+    _poa_hat_stage(row, df, spec, {**poa, "stage": "prefill"}, 1, 4, isl, np.ones((1, 4)))
+    assert row["poa_candidates"] == 1 and math.isnan(row["poa_hat"]) and row["poa_hat_windows"] == 0
