@@ -22,12 +22,13 @@ setup(
         "click>=8.1",
         "matplotlib>=3.8",
         "scipy>=1.11",
+        "rich>=13",
     ],
     extras_require={
         # pick the CuPy wheel that matches the driver's CUDA major version
         "gpu": ["numba-cuda>=0.20", "cupy-cuda12x>=13"],
         "gpu-cuda13": ["numba-cuda>=0.20", "cupy-cuda13x>=14"],
-        "dev": ["pytest>=8", "ruff>=0.5"],
+        "dev": ["pytest>=8", "ruff>=0.5", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],
     },
     entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:main"]},
 )

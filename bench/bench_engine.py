@@ -1,4 +1,4 @@
-"""Engine throughput on the reference workload (issue: engine; REFERENCE section 4).
+"""Engine throughput on the reference workload (issue: engine; docs/sources.md, "Dynamo's offline replay").
 
 dynamo-mocker profile, isl 4096, osl 256, 16 prefix groups, prefix_ratio 0.5, prefill_first, kv
 router, 1P/5D, C = 64, 256 replicas x 2000 measured requests (plus warm-up). Prints simulated

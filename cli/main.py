@@ -46,7 +46,7 @@ def builtin_profiles() -> dict[str, str]:
     return dict(BUILTIN_PROFILES)
 
 
-def resolve_grid_path(arg: str | None) -> Path:
+def resolve_grid_path(arg: str | None, what: str = "--grid") -> Path:
     """A grid argument: a file path, or the name of a built-in grid (default: quickstart)."""
     if arg is None:
         arg = DEFAULT_GRID
@@ -57,21 +57,50 @@ def resolve_grid_path(arg: str | None) -> Path:
     if arg in grids:
         return grids[arg]
     if arg in _RENAMED:
-        raise BadInput(f"--grid: {arg!r} was replaced by {_RENAMED[arg]} (Dynamo 0.9's prefill-first path)")
-    raise BadInput(f"--grid: {arg!r} is neither a file nor a built-in grid ({', '.join(grids)})")
+        raise BadInput(f"{what}: {arg!r} was replaced by {_RENAMED[arg]} (Dynamo 0.9's prefill-first path)")
+    raise BadInput(f"{what}: {arg!r} is neither a file nor a built-in grid ({', '.join(grids)})")
 
 
-def load_grid_arg(arg: str | None):
-    """Parse and validate a grid argument; BadInput on any problem (with the key path)."""
+def load_grid_arg(arg: str | None, what: str = "--grid", overrides: tuple[str, ...] = ()):
+    """Parse and validate a grid argument (with --set overrides); BadInput on any problem (with the key path)."""
     from poa_mc.config import ConfigError, load_grid
 
-    path = resolve_grid_path(arg)
+    path = resolve_grid_path(arg, what)
     try:
-        return load_grid(path)
+        return load_grid(path, overrides)
     except ConfigError as e:
         raise BadInput(f"{path}: {e}") from None
     except OSError as e:
         raise BadInput(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+_SHORTCUTS = ("replicas", "requests", "warmup", "seed")
+
+
+def override_options(fn: F) -> F:
+    """--set KEY=VALUE (repeatable) and the [run] shortcuts --replicas, --requests, --warmup, --seed."""
+    for name in reversed(_SHORTCUTS):
+        fn = click.option(f"--{name}", type=int, default=None, metavar="N", help=f"Shortcut for --set run.{name}=N.")(
+            fn
+        )
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a grid key (dotted path, e.g. run.replicas=8, policy[1].temperature=0.5, "
+        "grid.concurrency=[8,64]); repeatable; checked like the file.",
+    )(fn)
+
+
+def collect_overrides(sets: tuple[str, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
+    """--set items, then the shortcuts given (popped from kwargs), as KEY=VALUE strings."""
+    out = list(sets)
+    for name in _SHORTCUTS:
+        value = kwargs.pop(name, None)
+        if value is not None:
+            out.append(f"run.{name}={value}")
+    return tuple(out)
 
 
 def _handle_errors(fn: F) -> F:
@@ -80,13 +109,16 @@ def _handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from poa_mc.config import ConfigError
+        from poa_mc.runner import EnvironmentFault, Interrupted
         from poa_mc.store import RunDirError
 
         try:
             return fn(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
-        except (BadInput, ConfigError, RunDirError) as e:
+        except (Interrupted, KeyboardInterrupt) as e:
+            _interrupted(e)
+        except (BadInput, ConfigError, RunDirError, EnvironmentFault) as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(2)
         except Exception as e:
@@ -96,6 +128,27 @@ def _handle_errors(fn: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(e: BaseException) -> None:
+    """Ctrl-C: say what is kept and how to go on, then leave at once with 130 (128 + SIGINT);
+    os._exit, because a kernel thread that cannot be stopped would otherwise hold the exit."""
+    import shlex
+
+    from poa_mc.runner import Interrupted
+
+    if isinstance(e, Interrupted):
+        argv = [a for a in sys.argv[1:] if a != "--resume"]
+        out = [] if "--out" in argv or any(a.startswith("--out=") for a in argv) else ["--out", str(e.out)]
+        cmd = shlex.join(["poa-mc", *argv, *out, "--resume"])
+        msg = f"interrupted: {e.done} of {e.total} cells are complete in {e.out}; go on with: {cmd}"
+    else:
+        msg = "interrupted"
+    try:
+        sys.stdout.flush()
+        print(msg, file=sys.stderr, flush=True)
+    finally:
+        os._exit(130)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -139,10 +192,18 @@ def main() -> None:
     help="Run only shard I of N (0-based); the reduce is skipped until all cells exist.",
 )
 @click.option("--resume", is_flag=True, help="Skip cells already complete in --out (same grid and seed only).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no result table, no summary lines.")
+@override_options
 @_handle_errors
 def run(
-    grid_arg: str | None, out: Path | None, backend: str | None, shard: str | None, resume: bool, quiet: bool
+    grid_arg: str | None,
+    out: Path | None,
+    backend: str | None,
+    shard: str | None,
+    resume: bool,
+    quiet: bool,
+    sets: tuple[str, ...],
+    **shortcuts: int | None,
 ) -> None:
     """Simulate every cell of a grid, then reduce and plot.
 
@@ -153,7 +214,7 @@ def run(
     from poa_mc.grid import parse_shard
     from poa_mc.runner import run_grid
 
-    grid = load_grid_arg(grid_arg)
+    grid = load_grid_arg(grid_arg, overrides=collect_overrides(sets, shortcuts))
     _warn(grid)
     shard_t = None
     if shard is not None:
@@ -171,6 +232,13 @@ def run(
     if report.skipped:
         done += f", {len(report.skipped)} already complete"
     say(f"{done} in {dt:.1f} s; {report.complete}/{report.total} cells of the grid are complete")
+    if report.reduced and not quiet:
+        import polars as pl
+
+        from poa_mc.console import print_results
+
+        summary, poa = (pl.read_parquet(report.out / f"{t}.parquet") for t in ("summary", "poa"))
+        print_results(summary, poa, grid.poa.selfish)
     if report.reduced:
         say(f"results: {report.out / 'summary.parquet'}, {report.out / 'poa.parquet'}")
         if report.plots:
@@ -189,22 +257,52 @@ def _warn(grid) -> None:
 
 @main.command()
 @click.argument("grid_file", metavar="FILE")
+@override_options
 @_handle_errors
-def validate(grid_file: str) -> None:
+def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> None:
     """Check a grid file (every key, every cell) without running anything."""
     from poa_mc.grid import estimate_cost
 
-    grid = load_grid_arg(grid_file)
+    grid = load_grid_arg(grid_file, "FILE", collect_overrides(sets, shortcuts))
     _warn(grid)
+    from poa_mc import speed
+    from poa_mc.config import ConfigError
+    from poa_mc.grid import check_memory
+    from poa_mc.runner import resolve_backend
+
     cells = grid.cells()
     r = grid.run
-    total = sum(estimate_cost(c, r) for c in cells)
+    try:
+        check_memory(cells, r)
+    except ConfigError as e:
+        raise BadInput(f"{grid.source}: {e}") from None
+    backend = resolve_backend(r.backend)
+    if r.backend == "cuda" and backend == "cuda":
+        from poa_mc.kernels import cuda_available
+
+        if not cuda_available():
+            click.echo("warning: run.backend = 'cuda' but this machine has no CUDA device", err=True)
+    work = sum(estimate_cost(c, r) for c in cells)
+    expected = speed.expected_seconds(work, backend)
+    when = (
+        f"about {_duration(expected)} of simulation on this machine's {backend} (its measured speed)"
+        if expected is not None
+        else f"no run timed on this machine's {backend} yet, so no time estimate"
+    )
     click.echo(
         f"ok: {grid.source}: {len(cells)} cells = {len(grid.topologies)} topologies x {len(grid.loads)} "
         f"{grid.load_axis} values x {len(grid.policies)} policies; {r.replicas} replicas x "
         f"({r.requests} + {r.warmup} warm-up) requests per cell; {len(cells) * r.replicas * (r.requests + r.warmup):,} "
-        f"simulated requests (cost units {total:,.0f}); selfish policy {grid.poa.selfish!r}; out {r.out}"
+        f"simulated requests, {when}; selfish policy {grid.poa.selfish!r}; out {r.out}"
     )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(seconds, 0.1):.1f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @main.command()
@@ -330,7 +428,18 @@ def plot(run_dir: Path) -> None:
 
 def _register_optional_commands() -> None:
     # submit/status live in cli/slurm_cmds.py; a checkout without it still gets a working CLI,
-    # but an error *inside* that module must not be swallowed.
+    # but an error *inside* that module must not be swallowed. export (cli/export_cmd.py): the same.
+    try:
+        from poa_mc.cli import export_cmd
+    except ModuleNotFoundError as e:
+        if e.name != "poa_mc.cli.export_cmd":
+            raise
+    else:
+        if hasattr(export_cmd, "register"):
+            export_cmd.register(main)
+        else:
+            for cmd in getattr(export_cmd, "COMMANDS", ()):
+                main.add_command(cmd)
     try:
         from poa_mc.cli import slurm_cmds
     except ModuleNotFoundError as e:

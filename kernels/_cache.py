@@ -48,3 +48,9 @@ def keyed_cache_dir(target: str) -> Iterator[Path]:
         yield path
     finally:
         config.CACHE_DIR = old
+
+
+def is_warm(target: str) -> bool:
+    """True when this target's kernels for the current sources are already in the on-disk cache."""
+    path = _base_dir() / f"{target}-{sources_hash()}"
+    return path.is_dir() and any(path.rglob("*.nbi"))

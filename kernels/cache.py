@@ -6,7 +6,7 @@ Blocks live in two kinds of runs, both in the `pc` array (layout.py):
   when its last user releases it, it becomes evictable with a fresh LRU stamp (`pc[.., 1]`).
 - **Released runs** (rows G..G+A-1, a FIFO ring): the full blocks unique to one request, kept as
   evictable cached blocks when it releases them (vLLM hashes every full block, shared or not, and
-  frees a request's blocks into its free queue; REFERENCE section 4). Synthetic unique content can
+  frees a request's blocks into its free queue; docs/sources.md, "KV blocks"). Synthetic unique content can
   never be hit by another request, so such a run only takes room, with the LRU stamp of its
   release, until it is evicted; the one exception is a run tagged with its owner slot
   (`pc[.., 2] >= 0`), left by a preempted request, which that request can hit again when it is

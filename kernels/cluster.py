@@ -160,6 +160,7 @@ from .layout import (
     ST_RUNNING,
     STATUS_OVERCAP,
     WF_BUSY,
+    WF_HELD0,
     WF_T0,
     WF_WAKE,
     WI_AB,
@@ -794,6 +795,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             return
         cap = np.float64(kv_cap * bs)
         wk_f[r, d, WF_T0] = t
+        wk_f[r, d, WF_HELD0] = np.float64(np.int64(wk_i[r, d, WI_USED]) - np.int64(wk_i[r, d, WI_FREE]))
         wk_i[r, d, WI_SEG_N] = n_dec
         wk_i[r, d, WI_SEG_X0] = x0
         if n_pre > 0:
@@ -922,7 +924,6 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, g, pfx, isl, ip[P_B])
             cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
 
-
     # inlined at the prefill decision (route); called at the decode decision and in batches, so
     # that the event loop does not carry a second copy (compile time)
     record_candidates_call = jit(record_candidates)
@@ -1002,7 +1003,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
 
     @jit_inline
     def route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, t):
-        """The router's decision for a new request (REFERENCE section 3): a prefill worker in
+        """The router's decision for a new request (docs/sources.md, "Dynamo's request path"): a prefill worker in
         prefill_first, a decode worker otherwise."""
         n_p = ip[P_NP]
         n_d = ip[P_ND]

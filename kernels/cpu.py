@@ -67,13 +67,18 @@ def run_batch(
     a = _alloc(shapes, n)
     threads = max(1, min(n, numba.get_num_threads() if parallel else 1))
     bounds = [n * i // threads for i in range(threads + 1)]
-    if threads == 1:
-        _call(ip, fp, tabs, a, n)
-    else:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(threads)]
-            for job in jobs:
-                job.result()
+    # Even one chunk runs on a worker thread: the main thread then waits in an interruptible
+    # lock, so Ctrl-C reaches Python at once instead of after the kernel returns. On an
+    # interrupt the pool is not joined (the kernel cannot be stopped); the caller exits.
+    pool = ThreadPoolExecutor(max_workers=threads)
+    try:
+        jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(threads)]
+        for job in jobs:
+            job.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return a, compile_s
 
 

@@ -217,7 +217,8 @@ NWI = 15
 WF_BUSY = 0  # end of the current pass, +inf when idle
 WF_T0 = 1  # start of the current pass
 WF_WAKE = 2  # idle decode worker: when its queue head becomes ready
-NWF = 3
+WF_HELD0 = 3  # decode worker: blocks held by requests (not evictable) at the current pass's start
+NWF = 4
 
 # ---- replica counters ----
 RI_SEQ = 0  # arrivals so far
@@ -253,7 +254,13 @@ RF_CTL_NEXT = 7  # controller: time of the next control step
 RF_LASTSW = 8  # controller: time of the last switch (start of the current regime)
 RF_REGT = 9  # controller: time spent in regimes 0, 1, 2 before the current one (9, 10, 11)
 RF_BATCH_DUE = 12  # batch router: when the held decisions are assigned at the latest (+inf: none held)
-NRF = 13
+# time integrals over the measurement window (from the first measured arrival), summed over workers:
+RF_PBUSY = 13  # prefill workers' time in a pass, ms
+RF_DBUSY = 14  # decode workers' time in a pass, ms
+RF_DBATCH = 15  # decode workers' running sequences x time, ms
+RF_DKV = 16  # decode workers' blocks held by requests (not evictable cache) x time, block ms (a pass
+#              counts the mean of its start and end, after its growth: blocks grow about evenly in it)
+NRF = 17
 
 # ---- outputs ----
 OF_ARR = 0

@@ -51,8 +51,13 @@ from .layout import (
     RESV_ADMIT,
     RESV_PENDING,
     RF_BATCH_DUE,
+    RF_DBATCH,
+    RF_DBUSY,
+    RF_DKV,
+    RF_FIRST_ARR,
     RF_NEXT_ARR,
     RF_OMEGA,
+    RF_PBUSY,
     RF_T,
     RF_TAU,
     RI_DONE_MEAS,
@@ -90,14 +95,18 @@ from .layout import (
     ST_FREE,
     STATUS_OVERCAP,
     WF_BUSY,
+    WF_HELD0,
+    WF_T0,
     WF_WAKE,
     WI_AB,
     WI_APT,
+    WI_FREE,
     WI_MIXED,
     WI_NRUN,
     WI_PASS_K,
     WI_QN,
     WI_SEG_M,
+    WI_USED,
 )
 
 INF = math.inf
@@ -230,7 +239,18 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
             dur = svc
         # host work of a pass and of each request in it (scheduling, transfer set-up), serial
         dur += fp[F_OVH_PASS] + n * fp[F_OVH_REQ]
+        wk_f[r, w, WF_T0] = t
         wk_f[r, w, WF_BUSY] = t + dur
+
+    @jit_inline
+    def integrate(ip, rep_i, rep_f, r, at, t0, t, weight):
+        """rep_f[at] += weight x the part of [t0, t] after the first measured arrival (once it came)."""
+        if rep_i[r, RI_SEQ] > ip[P_WARM]:
+            a = rep_f[r, RF_FIRST_ARR]
+            if t0 > a:
+                a = t0
+            if t > a:
+                rep_f[r, at] += weight * (t - a)
 
     @jit_inline
     def prefill_done(
@@ -296,6 +316,7 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
     @jit_inline
     def prefill_end(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, w, t):
         qcap = ip[P_Q]
+        integrate(ip, rep_i, rep_f, r, RF_PBUSY, wk_f[r, w, WF_T0], t, 1.0)
         for i in range(np.int64(wk_i[r, w, WI_PASS_K])):
             s = cl_q_at(queue, wk_i, r, w, i, qcap)
             slot_i[r, s, SI_DONE] += np.int64(slot_i[r, s, SI_CHUNK])
@@ -319,6 +340,10 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
     ):
         bs = ip[P_B]
         k = np.int64(wk_i[r, d, WI_SEG_M])
+        # the pass's running set is fixed from its start
+        t0 = wk_f[r, d, WF_T0]
+        integrate(ip, rep_i, rep_f, r, RF_DBUSY, t0, t, 1.0)
+        integrate(ip, rep_i, rep_f, r, RF_DBATCH, t0, t, np.float64(wk_i[r, d, WI_NRUN]))
         wk_f[r, d, WF_BUSY] = INF
         wk_i[r, d, WI_MIXED] = 0
         # tokens of the pass, and the blocks its steps grew into (plan_decode made sure they fit);
@@ -365,6 +390,9 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
         wk_i[r, d, WI_NRUN] = n_live
         if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
             rep_i[r, RI_STATUS] = STATUS_OVERCAP
+        # blocks grow about evenly over a pass: its held blocks are the mean of start and end
+        held = np.float64(np.int64(wk_i[r, d, WI_USED]) - np.int64(wk_i[r, d, WI_FREE]))
+        integrate(ip, rep_i, rep_f, r, RF_DKV, t0, t, 0.5 * (wk_f[r, d, WF_HELD0] + held))
         for j in range(n_old - 1, n_live - 1, -1):  # in the order they were found
             cl_finish(
                 ip, fp, slot_i, slot_f, wk_i, pc, queue, rep_i, rep_f, heap_t, heap_c, out_f, out_i, r, key,

@@ -125,7 +125,7 @@ def build(jit, rng, cache):
 
     @jit
     def tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, blocks_only):
-        """Dynamo's softmax at temperature tau > 0 (REFERENCE section 3):
+        """Dynamo's softmax at temperature tau > 0 (docs/sources.md, "Router cost and temperature"):
         p_w ~ exp(-(c_w - c_min) / ((c_max - c_min) tau)), uniform when all costs are equal. The
         cost is Dynamo's kv cost, or (blocks_only, the decode choice) the active blocks alone."""
         cmin = tempered_cost(wk_i, pc, r, lo, g, pfx, isl, pblk, bs, omega, blocks_only)

@@ -20,7 +20,18 @@ from typing import Any
 
 import tomllib
 
-from poa_mc.spec import REGIMES, ClusterSpec, ControllerSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.spec import (
+    ARRIVALS,
+    POPULARITIES,
+    REGIMES,
+    ClusterSpec,
+    ControllerSpec,
+    Dist,
+    PolicySpec,
+    ProfileSpec,
+    SpecError,
+    WorkloadSpec,
+)
 from poa_mc.traces import FORMATS as TRACE_FORMATS
 
 BACKENDS = ("auto", "cpu", "cuda")
@@ -28,7 +39,8 @@ SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
 POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
-SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa")
+SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa", "slo")
+INT32_MAX = 2**31 - 1
 TOPOLOGY_RE = re.compile(r"^(\d+)P/(\d+)D$")
 
 
@@ -72,6 +84,17 @@ class PoaSection:
 
 
 @dataclass(frozen=True)
+class SloSection:
+    """[slo]: per-request latency bounds for goodput and SLO attainment (0: no bound)."""
+
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+
+    def is_set(self) -> bool:
+        return self.ttft_ms > 0 or self.itl_ms > 0
+
+
+@dataclass(frozen=True)
 class Topology:
     label: str
     n_prefill: int
@@ -107,6 +130,7 @@ class GridConfig:
     poa: PoaSection
     source: str = "<string>"
     traces: tuple[TraceRef, ...] = field(default=())
+    slo: SloSection = field(default_factory=SloSection)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints).
@@ -117,6 +141,8 @@ class GridConfig:
         d = dataclasses.asdict(self)
         d.pop("source")
         d.pop("traces")
+        if not self.slo.is_set():
+            d.pop("slo")  # a grid without [slo] keeps the fingerprint it had before [slo] existed
         for ref in self.traces:
             section, key = ref.key.split(".")
             dist = d[section][key]
@@ -222,6 +248,13 @@ def _parse_run(doc: dict) -> RunSection:
     _positive(f["replicas"], "run.replicas")
     _positive(f["requests"], "run.requests")
     _positive(f["warmup"], "run.warmup", allow_zero=True)
+    # the kernels index a replica's requests and the replicas with 32-bit integers
+    if f["replicas"] > INT32_MAX:
+        raise ConfigError("run.replicas", f"must be at most {INT32_MAX:,}, got {f['replicas']:,}")
+    if f["requests"] + f["warmup"] > INT32_MAX:
+        raise ConfigError(
+            "run.requests", f"requests + warmup must be at most {INT32_MAX:,}, got {f['requests'] + f['warmup']:,}"
+        )
     _choice(f["backend"], BACKENDS, "run.backend")
     if not f["out"]:
         f["out"] = f"runs/{f['name']}"
@@ -347,6 +380,9 @@ def _parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple
         },
         "workload",
     )
+    # checked here because the grid's load axis follows from the arrival process
+    _choice(f["arrival"], ARRIVALS, "workload.arrival")
+    _choice(f["popularity"], POPULARITIES, "workload.popularity")
     refs: list[TraceRef] = []
     for key in ("isl", "osl"):
         if key in table:
@@ -371,7 +407,12 @@ def _parse_cluster(doc: dict) -> ClusterSpec:
     for key in ("n_prefill", "n_decode"):
         if key in table:
             raise ConfigError(f"cluster.{key}", 'worker counts come from grid.topology ("xP/yD")')
-    return ClusterSpec(**_read_fields(table, _CLUSTER_FIELDS, "cluster"))
+    spec = ClusterSpec(**_read_fields(table, _CLUSTER_FIELDS, "cluster"))
+    try:
+        spec.validate("cluster")  # before the profile reads block_size, so its errors name cluster.*
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    return spec
 
 
 def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec:
@@ -396,7 +437,9 @@ def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec
     return profile
 
 
-def _parse_grid_axes(doc: dict, arrival: str) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
+def _parse_grid_axes(
+    doc: dict, arrival: str, flow: str = "prefill_first"
+) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
     if "grid" not in doc:
         raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
     table = _table(doc, "grid", "grid")
@@ -421,6 +464,12 @@ def _parse_grid_axes(doc: dict, arrival: str) -> tuple[tuple[Topology, ...], str
         if not m:
             raise ConfigError(path, f'"{label}" is not of the form xP/yD (e.g. "1P/2D")')
         key = (int(m.group(1)), int(m.group(2)))
+        if flow == "aggregated" and key[0] != 0:
+            raise ConfigError(
+                path,
+                f'"{label}": cluster.flow = "aggregated" has no prefill pool (every worker prefills and decodes); '
+                f'write "0P/{key[1]}D"',
+            )
         if key in seen:
             raise ConfigError(path, f'"{label}" repeats grid.topology[{seen[key]}]')
         seen[key] = i
@@ -556,6 +605,13 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     return PoaSection(**f)
 
 
+def _parse_slo(doc: dict) -> SloSection:
+    f = _read_fields(_table(doc, "slo", "slo"), {"ttft_ms": (float, 0.0), "itl_ms": (float, 0.0)}, "slo")
+    for key, value in f.items():
+        _positive(value, f"slo.{key}", allow_zero=True)
+    return SloSection(**f)
+
+
 def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None = None) -> GridConfig:
     """Validate a parsed TOML document and resolve it into a GridConfig (cells checked too).
 
@@ -568,26 +624,98 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     workload, arrival, traces = _parse_workload(doc, Path(base_dir))
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
-    topologies, axis, loads = _parse_grid_axes(doc, arrival)
+    topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow)
     policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
-    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces)
+    slo = _parse_slo(doc)
+    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces, slo)
     grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path
     return grid
 
 
-def load_grid(path: str | Path) -> GridConfig:
-    """Read and validate a grid file. Raises ConfigError (bad grid) or OSError (unreadable file)."""
+_SET_SEGMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\[(\d+)\])?$")
+
+
+def _set_value(text: str) -> Any:
+    """A --set value as TOML reads it (8, 0.5, true, [1, 2], "x"); a bare word is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(doc: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """`KEY=VALUE` assignments (dotted key paths, `policy[1].temperature=0.5`) applied to a parsed
+    grid document, before it is validated, so an override is checked exactly like the file.
+    Raises ConfigError naming the override on a malformed one."""
+    doc = json_copy(doc)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("--set", f"{item!r} is not KEY=VALUE (e.g. run.replicas=8)")
+        node: Any = doc
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            m = _SET_SEGMENT.match(part)
+            if not m:
+                raise ConfigError(f"--set {key}", f"{part!r} is not a key name or name[index]")
+            name, index = m.group(1), m.group(2)
+            last = depth == len(parts) - 1
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}", f"{'.'.join(parts[:depth])} is not a table")
+            if index is None:
+                if last:
+                    node[name] = _set_value(text.strip())
+                else:
+                    node = node.setdefault(name, {})
+                continue
+            seq = node.get(name)
+            if not isinstance(seq, list) or int(index) >= len(seq):
+                have = len(seq) if isinstance(seq, list) else 0
+                raise ConfigError(f"--set {key}", f"no {name}[{index}]: the grid has {have}")
+            if last:
+                seq[int(index)] = _set_value(text.strip())
+            else:
+                node = seq[int(index)]
+    return doc
+
+
+def json_copy(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: json_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_copy(v) for v in obj]
+    return obj
+
+
+def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> GridConfig:
+    """Read and validate a grid file, with `overrides` (`KEY=VALUE`, see apply_overrides) applied
+    first. Raises ConfigError (bad grid) or OSError (unreadable file)."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    return loads_grid(text, str(path))
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x}); a TOML grid file is UTF-8"
+        ) from None
+    return loads_grid(text, str(path), overrides=overrides)
 
 
-def loads_grid(text: str, source: str = "<string>", base_dir: str | Path | None = None) -> GridConfig:
+def loads_grid(
+    text: str,
+    source: str = "<string>",
+    base_dir: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> GridConfig:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(source, f"not valid TOML: {e}") from None
+    if overrides:
+        doc = apply_overrides(doc, overrides)
     return parse_grid(doc, source, base_dir)
 
 

@@ -44,8 +44,11 @@ measured completion), simulated (requests simulated in all, warm-up and tail inc
 events, preemptions (decode preemptions, warm-up included), ring_merges (see kernels/cache.py),
 sim_ms (simulated time), and the adaptive controller's switches and regime_ms_below,
 regime_ms_transition, regime_ms_saturated (time in each regime; a fixed policy spends it all in
-"below"). SimResult.extra["switch_log"] (adaptive only): (replicas, log_switches, 3) of (time ms,
-from, to) per switch, NaN past the last.
+"below"), and time integrals over measured_ms (first measured arrival -> end of the run), summed
+over workers: prefill_busy_ms and decode_busy_ms (time in a pass), decode_batch_ms (running
+sequences x time), decode_kv_block_ms (blocks held by requests x time).
+SimResult.extra["switch_log"] (adaptive only): (replicas, log_switches, 3) of (time ms, from, to)
+per switch, NaN past the last.
 """
 
 from __future__ import annotations
@@ -111,6 +114,15 @@ class SimResult:
     @property
     def simulated_requests(self) -> int:
         return int(self.replica["simulated"].sum())
+
+
+# worker time integrals from the first measured arrival to the end (kernels/layout.py RF_PBUSY..)
+_INTEGRALS = {
+    "prefill_busy_ms": L.RF_PBUSY,
+    "decode_busy_ms": L.RF_DBUSY,
+    "decode_batch_ms": L.RF_DBATCH,
+    "decode_kv_block_ms": L.RF_DKV,
+}
 
 
 def _dist_params(d: Dist) -> tuple[int, int, int, float, float, np.ndarray]:
@@ -322,6 +334,28 @@ def bytes_per_replica(shapes: dict[str, tuple], names=None) -> int:
     return total
 
 
+def result_bytes_per_request(n_workers: int, record: bool) -> int:
+    """Bytes of one measured request in a SimResult's arrays (samples, and candidates when recorded)."""
+    per = 8 * len(SAMPLE_FLOAT_FIELDS) + sum(8 if n == "seq" else 4 for n in SAMPLE_INT_FIELDS)
+    if record:
+        per += 2 * 8 * n_workers + 4 + 4 * len(_ADDED) + 8
+    return per
+
+
+def memory_plan(spec: CellSpec, *, replicas: int, requests: int, warmup: int, record: bool = True) -> dict[str, int]:
+    """Bytes a cell needs: `state` for one replica's kernel state and outputs, `results` for all
+    replicas' per-request arrays (the runner holds these twice while it builds the samples frame)."""
+    ip, fp, _ = pack_params(spec, requests=requests, warmup=warmup, seed=0, stream=0, record_candidates=record)
+    n_workers = int(ip[L.P_NP] + ip[L.P_ND])
+    state = bytes_per_replica(_shapes(ip, fp, n_workers, requests, record))
+    return {"state": state, "results": replicas * requests * result_bytes_per_request(n_workers, record)}
+
+
+def available_memory() -> int:
+    """MemAvailable of this machine (bytes); 8 GiB when it cannot be read."""
+    return _available_memory()
+
+
 def _available_memory() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -426,6 +460,8 @@ def simulate(
         "sim_ms": np.empty(replicas),
         "switches": np.empty(replicas, dtype=np.int64),
         **{f"regime_ms_{name}": np.empty(replicas) for name in REGIMES},
+        **{name: np.empty(replicas) for name in _INTEGRALS},
+        "measured_ms": np.empty(replicas),
     }
     n_log = int(ip[L.P_CTL_LOG])
     switch_log = np.full((replicas, n_log, 3), np.nan)
@@ -464,6 +500,9 @@ def simulate(
         rep["ring_merges"][r0 : r0 + nr] = ri[:, L.RI_MERGES]
         rep["written"][r0 : r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
         rep["sim_ms"][r0 : r0 + nr] = rf[:, L.RF_T]
+        for name, j in _INTEGRALS.items():
+            rep[name][r0 : r0 + nr] = rf[:, j]
+        rep["measured_ms"][r0 : r0 + nr] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
         rep["switches"][r0 : r0 + nr] = ri[:, L.RI_SWITCHES]
         # time in each regime: the closed ones, plus the current one up to the end
         regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()

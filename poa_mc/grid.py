@@ -174,3 +174,32 @@ def parse_shard(text: str) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise ValueError(f"{text!r}: need N >= 1 and 0 <= I < N")
     return i, n
+
+
+def check_memory(cells: list[Cell], run: RunSection, available: int | None = None) -> None:
+    """Refuse, before anything is written, a grid whose cells cannot fit this machine's memory:
+    one replica's kernel state must fit the engine's batch budget (half the available memory),
+    and a cell's per-request results are held twice (arrays and the samples frame) beside one
+    batch of state. Raises ConfigError naming run.requests or run.replicas."""
+    from poa_mc.config import ConfigError
+    from poa_mc.engine import available_memory, memory_plan
+
+    avail = available_memory() if available is None else available
+    gib = 2**30
+    for cell in cells:
+        plan = memory_plan(cell.spec, replicas=run.replicas, requests=run.requests, warmup=run.warmup)
+        if plan["state"] > avail // 2:
+            raise ConfigError(
+                "run.requests",
+                f"one replica of {cell.label()} needs {plan['state'] / gib:.2f} GiB of state, more than half of "
+                f"the {avail / gib:.1f} GiB available here; lower run.requests (or cluster.max_inflight)",
+            )
+        batch_state = min(run.replicas * plan["state"], avail // 2)
+        need = 2 * plan["results"] + batch_state
+        if need > avail:
+            raise ConfigError(
+                "run.replicas",
+                f"{run.replicas} replicas x {run.requests} requests of {cell.label()} need about {need / gib:.1f} GiB "
+                f"for their results, more than the {avail / gib:.1f} GiB available here; lower run.replicas or "
+                "run.requests, or split the grid with --shard",
+            )

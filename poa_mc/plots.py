@@ -1,218 +1,741 @@
-"""Figures of a reduced run (PNG, matplotlib Agg backend, no display needed).
+"""Figures of a reduced run (PNG, drawn off-screen, no display needed).
 
-plots/poa_vs_load.png   PoA-hat and counterfactual PoA against load, one panel per topology,
-                        95% interval bands
-plots/poa_heatmap.png   PoA-hat over topology x load
+plots/poa_vs_load.png   PoA-hat and counterfactual PoA against load, one panel per topology
+plots/poa_heatmap.png   PoA-hat of the selfish policy over topology x load, each cell with its interval
 plots/ttft_p99.png      TTFT P99 against load, one line per policy, one panel per topology
+plots/pareto.png        throughput against TTFT P99, one line per policy over load, the Pareto front marked
+plots/ttft_cdf.png      empirical CDF of per-request TTFT per policy, one panel per (topology, load)
+plots/e2e_cdf.png       the same for end-to-end latency
+
+The CDFs read the per-request samples; a run without samples gets the other four. Intervals are
+95% across replicas; a run with one replica has none, and its figures say so instead of drawing
+bands of NaN.
+
+matplotlib is imported inside the functions (`import poa_mc.plots` stays cheap for the CLI), and
+figures are built as `matplotlib.figure.Figure` objects, never through pyplot: no global figure
+state to leak, and no backend switch in a user's notebook that imports this module.
 """
 
 from __future__ import annotations
 
+import io
+import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
-from matplotlib.colors import LogNorm, Normalize
 
-from poa_mc.store import RunDir
+from poa_mc.store import RunDir, atomic_write_bytes
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
 
-def _load_col(df: pl.DataFrame) -> tuple[str, str]:
-    if df.height and df["load_axis"][0] == "rate":
-        return "rate", "arrival rate (req/s)"
-    return "concurrency", "concurrency C (closed-loop clients)"
-
-
-def _panels(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = min(n, 3)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
-    flat = list(axes.ravel())
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[:n]
+_DPI = 110
+_PANEL = (5.2, 3.9)  # inches per panel of the per-topology figures
+_ONE_PANEL = (7.0, 4.6)  # a single topology (the paper presets) gets room for 17 loads and the legend
+_NAMED_MAX = 8  # policies drawn in colour with a legend entry; the rest as grey lines
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_REGIME_COLOURS = {"below": "tab:green", "transition": "tab:orange", "saturated": "tab:red"}
+_CDF_TICKS = (0.0, 0.25, 0.5, 0.75, 0.9, 0.99)
+_CDF_METRICS = {"ttft_ms": ("ttft_cdf.png", "TTFT"), "e2e_ms": ("e2e_cdf.png", "end-to-end latency")}
 
 
-def _finite(a: np.ndarray) -> np.ndarray:
+# -- small pure helpers (tested directly) ------------------------------------------------------
+
+
+def pareto_front(throughput: Sequence[float] | np.ndarray, latency: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Mask of the points no other point dominates (at least as much throughput and at most as
+    much latency, better in one). Equal points are all on the front; NaN points never are."""
+    x = np.asarray(throughput, dtype=float)
+    y = np.asarray(latency, dtype=float)
+    on = np.zeros(x.shape, dtype=bool)
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
+    # Sweep from the highest throughput down: a point is on the front iff its latency beats
+    # every point of strictly higher throughput and is the lowest among its throughput ties.
+    order = ok[np.lexsort((y[ok], -x[ok]))]
+    best = math.inf
+    i = 0
+    while i < order.size:
+        j = i
+        while j < order.size and x[order[j]] == x[order[i]]:
+            j += 1
+        group = order[i:j]
+        lowest = y[group[0]]
+        if lowest < best:
+            on[group[y[group] == lowest]] = True
+            best = lowest
+        i = j
+    return on
+
+
+def has_intervals(frame: pl.DataFrame, columns: Sequence[str]) -> bool:
+    """Whether any of the `_lo`/`_hi` pairs of `columns` holds a finite interval (one replica: none)."""
+    for c in columns:
+        lo, hi = f"{c}_lo", f"{c}_hi"
+        if lo in frame.columns and hi in frame.columns:
+            both = np.isfinite(_floats(frame[lo])) & np.isfinite(_floats(frame[hi]))
+            if both.any():
+                return True
+    return False
+
+
+def no_interval_note(replicas: int | None) -> str:
+    """What a figure without intervals says in their place."""
+    if replicas is not None and replicas < 2:
+        return f"{replicas} replica: no intervals"
+    return "no intervals"
+
+
+def thin_load_labels(values: Sequence[float] | np.ndarray, *, log: bool, width_in: float, fontsize: float = 8) -> list:
+    """The loads to label on an axis `width_in` inches wide so that no two labels overlap.
+
+    Ends first, then (on a log2 axis) powers of two, then the rest left to right: 1..512 with
+    17 loads keeps 1, 2, 4, ..., 512 and drops 80, 96, ... where they would collide.
+    """
+    v = np.unique(np.asarray(values, dtype=float))
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if v.size <= 1:
+        return v.tolist()
+    pos = np.log2(v) if log else v
+    usable = width_in / 1.1  # matplotlib pads the data range by 5% on each side
+    at = (pos - pos[0]) / (pos[-1] - pos[0]) * usable
+    half = np.array([len(f"{x:g}") * fontsize * 0.62 / 72 + 0.1 for x in v]) / 2
+
+    def rank(i: int) -> tuple[bool, bool, int]:
+        pow2 = log and float(np.log2(v[i])).is_integer()
+        return (i not in (0, v.size - 1), not pow2, i)
+
+    kept: list[int] = []
+    for i in sorted(range(v.size), key=rank):
+        if all(abs(at[i] - at[j]) >= half[i] + half[j] for j in kept):
+            kept.append(i)
+    return v[sorted(kept)].tolist()
+
+
+def _floats(s: pl.Series) -> np.ndarray:
+    # nulls (polars) and NaN/inf (numpy) both mean "no value" to a plot
+    a = s.cast(pl.Float64).fill_null(np.nan).to_numpy()
     return np.where(np.isfinite(a), a, np.nan)
 
 
-def _set_load_scale(ax: plt.Axes, x: np.ndarray) -> None:
-    x = np.unique(x[np.isfinite(x) & (x > 0)])
-    if x.size > 1 and x.max() / x.min() >= 8:
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def _ratio(v: float) -> str:
+    return f"{v:.3f}" if abs(v) < 10 else f"{v:.3g}"
+
+
+# -- figure plumbing ---------------------------------------------------------------------------
+
+
+def _figure(rows: int, cols: int, panel: tuple[float, float], **share: Any) -> tuple[Figure, list[Axes]]:
+    from matplotlib.figure import Figure
+
+    # constrained layout keeps suptitles, shared labels, colorbars and outside legends apart
+    fig = Figure(figsize=(panel[0] * cols, panel[1] * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **share)
+    return fig, list(axes.ravel())
+
+
+def _panel_size(n: int) -> tuple[float, float]:
+    return _ONE_PANEL if n == 1 else _PANEL
+
+
+def _axis_width(n: int) -> float:
+    return _panel_size(n)[0] - 1.2  # less the y label and tick labels
+
+
+def _panels(n: int, **share: Any) -> tuple[Figure, list[Axes]]:
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, flat = _figure(rows, cols, _panel_size(n), **share)
+    for k, ax in enumerate(flat[n:], start=n):
+        ax.set_visible(False)
+        above = k - cols
+        if share.get("sharex") and 0 <= above < n:  # its x labels were hidden for the empty panel below
+            flat[above].xaxis.set_tick_params(labelbottom=True)
+    return fig, flat[:n]
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    atomic_write_bytes(Path(path), buf.getvalue())  # like every file of a run: never half a PNG
+    return Path(path)
+
+
+def _legend_below(fig: Figure, axes: Sequence[Axes], ncol: int = 3, **kw: Any) -> None:
+    """One legend for the whole figure, under the panels: per-axes legends covered data."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels and not lab.startswith("_"):
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        ncol = legend_columns([len(lab) for lab in labels], fig.get_figwidth(), ncol)
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False, **kw)
+
+
+def legend_columns(label_chars: Sequence[int], width_in: float, most: int, fontsize: float = 8) -> int:
+    """The most legend columns (up to `most`) whose entries fit across `width_in` inches.
+
+    matplotlib fills columns top to bottom, so a column is as wide as its longest label.
+    """
+    n = len(label_chars)
+    for ncol in range(min(most, n), 1, -1):
+        rows = -(-n // ncol)
+        cols = [label_chars[i : i + rows] for i in range(0, n, rows)]
+        # DejaVu Sans averages ~0.55 em a character; handle, its pad and the column gap are 4.8 em
+        if sum((max(c) * 0.55 + 4.8) * fontsize / 72 for c in cols) <= width_in:
+            return ncol
+    return 1
+
+
+def _log_ticks(axis: Axis, lo: float, hi: float, fmt: Any = _num) -> None:
+    """Readable labels on a log axis: decades and, when there is room for them, the values between."""
+    from matplotlib import ticker
+
+    if not (lo > 0 and hi > lo):
+        return
+    span = math.log10(hi / lo)
+    if span > 3.5:
+        major = ticker.LogLocator(10, subs=(1.0,), numticks=40)
+    elif span > 1.2:
+        major = ticker.LogLocator(10, subs=(1.0, 2.0, 5.0), numticks=40)
+    elif span > 0.45:
+        major = ticker.LogLocator(10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=40)
+    else:  # under half a decade a log locator finds one tick or none
+        major = ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10])
+    axis.set_major_locator(major)
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: fmt(v)))
+    axis.set_minor_locator(ticker.LogLocator(10, subs=np.arange(2.0, 10.0), numticks=40))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _load_col(df: pl.DataFrame) -> tuple[str, str, str]:
+    """Column of the load, its axis label, and a short prefix for panel titles."""
+    if df.height and df["load_axis"][0] == "rate":
+        return "rate", "arrival rate (req/s)", "rate "
+    return "concurrency", "concurrency C (closed-loop clients)", "C="
+
+
+def _log_loads(x: np.ndarray) -> bool:
+    x = x[np.isfinite(x)]
+    return bool(x.size > 1 and x.min() > 0 and x.max() / x.min() >= 8)
+
+
+def _set_load_axis(ax: Axes, x: np.ndarray, width_in: float) -> None:
+    """Ticks at the simulated loads themselves (not powers of ten), labelled where they fit."""
+    from matplotlib import ticker
+
+    x = np.unique(x[np.isfinite(x)])
+    log = _log_loads(x)
+    if log:
         ax.set_xscale("log", base=2)
-    if 0 < x.size <= 12:  # label the simulated loads themselves, not powers of two
-        ax.set_xticks(x, [f"{v:g}" for v in x])
-        ax.minorticks_off()
-        if x.size > 6:  # dense loads on a log axis crowd their labels: tilt them
-            ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+    if x.size == 0:
+        return
+    labelled = thin_load_labels(x, log=log, width_in=width_in)
+    ax.set_xticks(labelled, [_num(v) for v in labelled])
+    ax.set_xticks([v for v in x.tolist() if v not in labelled], minor=True)
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.tick_params(axis="x", labelsize=8)
 
 
-_REGIME_COLOURS = {"below": "tab:green", "transition": "tab:orange", "saturated": "tab:red"}
+def _policy_styles(frame: pl.DataFrame, selfish: str | None) -> dict[str, dict[str, Any]]:
+    """Colour, marker, width and legend label per policy, in grid order.
+
+    All policies are named when few; else the non-kv kinds (adaptive, oracle, ...), the selfish
+    policy and the first kv policy, up to _NAMED_MAX, and the rest share one grey legend entry.
+    Earlier named lines are drawn wider so that a later one on top of them leaves them visible,
+    and the selfish policy dashed above all.
+    """
+    from matplotlib import rcParams
+
+    policies = frame["policy"].unique(maintain_order=True).to_list()
+    kinds = dict(zip(frame["policy"].to_list(), frame["policy_kind"].to_list()))
+    if len(policies) <= _NAMED_MAX:
+        named = policies
+    else:
+        first_kv = next((p for p in policies if kinds.get(p) == "kv"), policies[0])
+        named = [p for p in policies if p in (first_kv, selfish) or kinds.get(p) != "kv"][:_NAMED_MAX]
+    colours = rcParams["axes.prop_cycle"].by_key()["color"]
+    styles: dict[str, dict[str, Any]] = {}
+    grey_label = f"{len(policies) - len(named)} other kv settings"
+    for pol in policies:
+        if pol in named:
+            i = named.index(pol)
+            styles[pol] = dict(
+                color=colours[i % len(colours)],
+                marker=_MARKERS[i % len(_MARKERS)],
+                markersize=4.5,
+                linewidth=max(2.6 - 0.3 * i, 1.1),
+                zorder=3 + i,
+                label=pol,
+            )
+            if pol == selfish:  # dashed on top: visible where a baseline draws the same curve
+                styles[pol].update(linestyle=(0, (4, 2)), linewidth=1.6, zorder=4 + _NAMED_MAX)
+                styles[pol]["label"] = f"{pol} (selfish)"
+        else:
+            styles[pol] = dict(color="grey", alpha=0.5, linewidth=0.8, zorder=2, label=grey_label)
+            grey_label = "_"  # one legend entry for all grey lines
+    return styles
 
 
-def _shade_regimes(ax: plt.Axes, d: pl.DataFrame, x: np.ndarray) -> None:
+# -- the figures -------------------------------------------------------------------------------
+
+
+def _shade_regimes(ax: Axes, d: pl.DataFrame, x: np.ndarray) -> None:
     """Shade each load point's regime (midpoints between loads as edges) and mark the knee."""
+    from matplotlib.transforms import blended_transform_factory
+
     if "regime" not in d.columns or not d.height:
         return
-    regimes = d["regime"].to_list()
     edges = np.r_[x[0], np.sqrt(x[:-1] * x[1:]) if np.all(x > 0) else (x[:-1] + x[1:]) / 2, x[-1]]
-    seen = set()
-    for i, regime in enumerate(regimes):
+    for i, regime in enumerate(d["regime"].to_list()):
         colour = _REGIME_COLOURS.get(regime)
-        if colour is None:
-            continue
-        ax.axvspan(edges[i], edges[i + 1], color=colour, alpha=0.08, linewidth=0,
-                   label=None if regime in seen else f"regime: {regime}")  # fmt: skip
-        seen.add(regime)
+        if colour is not None:
+            ax.axvspan(edges[i], edges[i + 1], color=colour, alpha=0.08, linewidth=0, label=f"regime: {regime}")
     knee = d["knee"][0] if "knee" in d.columns else None
     if knee is not None and np.isfinite(knee):
-        ax.axvline(knee, color="black", linestyle="--", linewidth=1,
-                   label=f"knee {knee:.0f} [{d['knee_lo'][0]:.0f}, {d['knee_hi'][0]:.0f}]")  # fmt: skip
+        ax.axvline(knee, color="black", linestyle="--", linewidth=1, label="knee of the selfish policy's TTFT curve")
+        lo, hi = d["knee_lo"][0], d["knee_hi"][0]
+        bounds = lo is not None and hi is not None and np.isfinite([lo, hi]).all()
+        text = f"knee {knee:.0f}" + (f" [{lo:.0f}, {hi:.0f}]" if bounds else "")
+        ax.text(
+            knee,
+            0.97,
+            text,
+            rotation=90,
+            ha="right",
+            va="top",
+            fontsize=7,
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            bbox=dict(facecolor="white", alpha=0.75, edgecolor="none", pad=1.5),  # readable over the curves
+        )
 
 
-def plot_poa_vs_load(poa: pl.DataFrame, path: Path) -> Path:
-    load, xlabel = _load_col(poa)
+def poa_vs_load_figure(poa: pl.DataFrame, *, replicas: int | None = None) -> Figure:
+    """PoA-hat and counterfactual PoA against load, one panel per topology, on one y-scale."""
+    load, xlabel, _ = _load_col(poa)
     topologies = poa["topology"].unique(maintain_order=True).to_list()
-    fig, axes = _panels(len(topologies))
+    fig, axes = _panels(len(topologies), sharey=True)
     kind = poa["social_cost_kind"][0] if poa.height else ""
-    for ax, topo in zip(axes, topologies):
+    bands = has_intervals(poa, ("poa_hat", "poa_cf"))
+    tops = np.r_[_floats(poa["poa_hat"]), _floats(poa["poa_cf"]), 1.0]
+    if bands:
+        tops = np.r_[tops, _floats(poa["poa_hat_hi"]), _floats(poa["poa_cf_hi"])]
+    for k, (ax, topo) in enumerate(zip(axes, topologies)):
         d = poa.filter(pl.col("topology") == topo).sort(load)
-        x = d[load].to_numpy().astype(float)
+        x = _floats(d[load])
         how = ", ".join(
             str(d[c][0]) + suffix
             for c, suffix in (("poa_stage", " decision"), ("poa_cost", " cost"), ("poa_pricing", " pricing"))
             if c in d.columns and d.height
         )
         _shade_regimes(ax, d, x)
-        for col, label, color in (
+        for col, label, colour in (
             ("poa_hat", f"PoA-hat ({how})", "tab:red"),
             ("poa_cf", f"counterfactual PoA ({kind}, measured)", "tab:blue"),
         ):
-            y = _finite(d[col].to_numpy())
-            ax.plot(x, y, marker="o", color=color, label=label)
-            ax.fill_between(
-                x,
-                _finite(d[f"{col}_lo"].to_numpy()),
-                _finite(d[f"{col}_hi"].to_numpy()),
-                color=color,
-                alpha=0.2,
-                linewidth=0,
-            )
-        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-        ymax = np.nanmax(np.r_[_finite(d["poa_hat_hi"].to_numpy()), _finite(d["poa_cf_hi"].to_numpy()), 1.0])
-        if ymax > 20:
-            ax.set_yscale("log")
-        _set_load_scale(ax, x)
-        ax.set_title(f"{topo}: Price of Anarchy vs load")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("ratio to the best found (1 = no loss)")
-        ax.grid(True, alpha=0.3)
-        # below the axes: regime shading and the knee would otherwise sit under the legend
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False)
-    fig.suptitle("Price of Anarchy with 95% confidence bands (across replicas)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def plot_poa_heatmap(poa: pl.DataFrame, path: Path) -> Path:
-    load, xlabel = _load_col(poa)
-    topologies = poa["topology"].unique(maintain_order=True).to_list()
-    loads = sorted(poa[load].unique().to_list())
-    z = np.full((len(topologies), len(loads)), np.nan)
-    for row in poa.iter_rows(named=True):
-        z[topologies.index(row["topology"]), loads.index(row[load])] = row["poa_hat"]
-    z = _finite(z)
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 0.6 * len(loads)), 2.6 + 0.7 * len(topologies)))
-    good = z[np.isfinite(z) & (z > 0)]
-    norm = (
-        LogNorm(vmin=good.min(), vmax=good.max())
-        if good.size and good.max() / good.min() > 10
-        else Normalize(vmin=np.nanmin(z) if good.size else 0, vmax=np.nanmax(z) if good.size else 1)
-    )
-    im = ax.imshow(z, aspect="auto", cmap="magma_r", norm=norm)
-    for i in range(z.shape[0]):
-        for j in range(z.shape[1]):
-            if np.isfinite(z[i, j]):
-                frac = norm(z[i, j])
+            y = _floats(d[col])
+            ax.plot(x, y, marker="o", markersize=5, color=colour, label=label)
+            if not np.isfinite(y).any():  # else the line is just missing and the reader left guessing
                 ax.text(
-                    j,
-                    i,
-                    f"{z[i, j]:.3g}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if frac > 0.6 else "black",
+                    0.02,
+                    0.96 if col == "poa_hat" else 0.88,
+                    f"{label.split(' (')[0]}: no value at any load",
+                    transform=ax.transAxes,
+                    fontsize=7.5,
+                    color=colour,
+                    va="top",
                 )
-    ax.set_xticks(range(len(loads)), [f"{v:g}" for v in loads])
-    ax.set_yticks(range(len(topologies)), topologies)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("topology (prefill/decode workers)")
-    ax.set_title("PoA-hat of the selfish policy over topology x load", fontsize=10)
-    fig.colorbar(im, ax=ax, label="PoA-hat (ratio)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            if bands:
+                ax.fill_between(
+                    x,
+                    _floats(d[f"{col}_lo"]),
+                    _floats(d[f"{col}_hi"]),
+                    color=colour,
+                    alpha=0.2,
+                    linewidth=0,
+                    label=f"{label.split(' (')[0]}: 95% interval",
+                )
+        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+        _set_load_axis(ax, x, _axis_width(len(topologies)))
+        ax.set_title(topo)
+        ax.set_xlabel(xlabel)
+        if k % 3 == 0:
+            ax.set_ylabel("ratio to the best found (1 = no loss)")
+        ax.grid(True, alpha=0.3)
+    if np.nanmax(tops) > 20:
+        axes[0].set_yscale("log")
+        lo, hi = axes[0].get_ylim()
+        for ax in axes:
+            _log_ticks(ax.yaxis, lo, hi, _ratio)
+    selfish = poa["selfish_policy"][0] if "selfish_policy" in poa.columns and poa.height else "?"
+    note = "95% bands across replicas" if bands else no_interval_note(replicas)
+    fig.suptitle(f"Price of Anarchy of the selfish policy {selfish} against load\n{note}", fontsize=11)
+    _legend_below(fig, axes, ncol=2)
+    return fig
 
 
-_NAMED_MAX = 8  # policies drawn in colour with a legend entry; the rest as grey lines
+def poa_heatmap_figure(poa: pl.DataFrame, *, replicas: int | None = None) -> Figure:
+    """PoA-hat of the selfish policy over topology x load, each cell with its value and interval."""
+    import matplotlib
+    from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.figure import Figure
+
+    load, label, _ = _load_col(poa)
+    topologies = poa["topology"].unique(maintain_order=True).to_list()
+    loads = sorted(poa[load].unique().drop_nulls().to_list())
+    shape = (len(topologies), len(loads))
+    z, zlo, zhi = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+    cols = [c if c in poa.columns else "poa_hat" for c in ("poa_hat", "poa_hat_lo", "poa_hat_hi")]
+    for row in poa.select("topology", load, *cols).iter_rows():
+        if row[1] is None:
+            continue
+        ij = topologies.index(row[0]), loads.index(row[1])
+        for grid, v in zip((z, zlo, zhi), row[2:]):
+            grid[ij] = np.nan if v is None or not np.isfinite(v) else v
+    bands = np.isfinite(zlo).any() and np.isfinite(zhi).any()
+    # Many loads go down the page (one row per load), where value and interval have room.
+    flip = len(loads) > 10 and len(loads) > len(topologies)
+    if flip:
+        z, zlo, zhi = z.T, zlo.T, zhi.T
+    rows, ncols = z.shape
+    cell_w, cell_h = (1.25, 0.42) if bands else (0.8, 0.36)
+    fig = Figure(figsize=(max(5.5, 2.8 + cell_w * ncols), max(3.0, 1.9 + cell_h * max(rows, 2))), layout="constrained")
+    ax = fig.subplots()
+    good = z[np.isfinite(z) & (z > 0)]
+    vmin, vmax = (good.min(), good.max()) if good.size else (1.0, 1.0)
+    if vmax - vmin < 1e-9:  # all equal (often all 1): Normalize would divide by zero
+        vmin, vmax = vmin - 0.05, vmax + 0.05
+    norm = LogNorm(vmin=vmin, vmax=vmax) if vmin > 0 and vmax / vmin > 10 else Normalize(vmin=vmin, vmax=vmax)
+    cmap = matplotlib.colormaps["magma_r"].with_extremes(bad="#eeeeee")
+    im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap=cmap, norm=norm)
+    for i in range(rows):
+        for j in range(ncols):
+            if not np.isfinite(z[i, j]):
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="grey")
+                continue
+            text = _ratio(z[i, j])
+            if np.isfinite(zlo[i, j]) and np.isfinite(zhi[i, j]):
+                text += f"\n[{_ratio(zlo[i, j])}, {_ratio(zhi[i, j])}]"
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7.5 if bands else 8,
+                color="white" if norm(z[i, j]) > 0.6 else "black",
+            )
+    load_labels, topo_labels = [_num(v) for v in loads], topologies
+    if flip:
+        ax.set_yticks(range(rows), load_labels)
+        ax.set_xticks(range(ncols), topo_labels)
+        ax.set_ylabel(label)
+        ax.set_xlabel("topology (prefill/decode workers)")
+    else:
+        ax.set_xticks(range(ncols), load_labels)
+        ax.set_yticks(range(rows), topo_labels)
+        ax.set_xlabel(label)
+        ax.set_ylabel("topology (prefill/decode workers)")
+    ax.tick_params(labelsize=8)
+    selfish = poa["selfish_policy"][0] if "selfish_policy" in poa.columns and poa.height else "?"
+    stage = f", {poa['poa_stage'][0]} decision" if "poa_stage" in poa.columns and poa.height else ""
+    if not np.isfinite(z).any():
+        note = "no PoA-hat at any point (n/a: one candidate, no game)"
+    elif bands:
+        note = "value [95% interval across replicas]" + ("; n/a: one candidate, no game" if np.isnan(z).any() else "")
+    else:
+        note = no_interval_note(replicas)
+    ax.set_title(f"PoA-hat of the selfish policy {selfish}{stage}\n{note}", fontsize=9)
+    if np.isfinite(z).any():  # a colour scale of nothing would only mislead
+        fig.colorbar(im, ax=ax, label=f"PoA-hat of {selfish} (1 = no loss)")
+    return fig
 
 
-def _named_policies(summary: pl.DataFrame, policies: list[str]) -> list[str]:
-    """Which policies get a colour: all when few; else the non-kv kinds (adaptive, oracle, ...)
-    and the first kv policy (the grid's default), up to _NAMED_MAX."""
-    if len(policies) <= _NAMED_MAX:
-        return policies
-    kinds = dict(zip(summary["policy"].to_list(), summary["policy_kind"].to_list()))
-    first_kv = next((p for p in policies if kinds.get(p) == "kv"), policies[0])
-    named = [p for p in policies if p == first_kv or kinds.get(p) != "kv"]
-    return named[:_NAMED_MAX]
-
-
-def plot_ttft_p99(summary: pl.DataFrame, path: Path) -> Path:
-    load, xlabel = _load_col(summary)
+def ttft_p99_figure(summary: pl.DataFrame, *, selfish: str | None = None, replicas: int | None = None) -> Figure:
+    """TTFT P99 against load, one line per policy, one panel per topology, on one y-scale."""
+    load, xlabel, _ = _load_col(summary)
     topologies = summary["topology"].unique(maintain_order=True).to_list()
-    policies = summary["policy"].unique(maintain_order=True).to_list()
-    named = _named_policies(summary, policies)
-    fig, axes = _panels(len(topologies))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, topo in zip(axes, topologies):
-        grey_label = f"{len(policies) - len(named)} other kv settings"
-        for pol in policies:
+    styles = _policy_styles(summary, selfish)
+    bands = has_intervals(summary, ("ttft_p99_ms",))
+    fig, axes = _panels(len(topologies), sharey=True)
+    all_loads = _floats(summary[load])
+    for k, (ax, topo) in enumerate(zip(axes, topologies)):
+        for pol, style in styles.items():
             d = summary.filter((pl.col("topology") == topo) & (pl.col("policy") == pol)).sort(load)
             if not d.height:
                 continue
-            x = d[load].to_numpy().astype(float)
-            y = d["ttft_p99_ms"].to_numpy()
-            if pol not in named:
-                ax.plot(x, y, color="grey", alpha=0.5, linewidth=0.8, label=grey_label)
-                grey_label = None
-                continue
-            c = colors[named.index(pol) % len(colors)]
-            ax.plot(x, y, marker="o", markersize=4, color=c, label=pol)
-            ax.fill_between(
-                x, d["ttft_p99_ms_lo"].to_numpy(), d["ttft_p99_ms_hi"].to_numpy(), color=c, alpha=0.2, linewidth=0
-            )
-        _set_load_scale(ax, summary[load].to_numpy().astype(float))
+            x = _floats(d[load])
+            ax.plot(x, _floats(d["ttft_p99_ms"]), **style)
+            if bands and style["color"] != "grey":
+                ax.fill_between(
+                    x,
+                    _floats(d["ttft_p99_ms_lo"]),
+                    _floats(d["ttft_p99_ms_hi"]),
+                    color=style["color"],
+                    alpha=0.2,
+                    linewidth=0,
+                )
+        _set_load_axis(ax, all_loads, _axis_width(len(topologies)))
         ax.set_yscale("log")
-        ax.set_title(f"{topo}: TTFT P99 vs load")
+        ax.set_title(topo)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("TTFT P99 (ms)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(title="policy", fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False)
-    fig.suptitle("Time to first token, 99th percentile per replica, 95% bands")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+        if k % 3 == 0:
+            ax.set_ylabel("TTFT P99 (ms)")
+        ax.grid(True, which="major", alpha=0.35)
+        ax.grid(True, which="minor", alpha=0.12)
+    lo, hi = axes[0].get_ylim()
+    for ax in axes:
+        _log_ticks(ax.yaxis, lo, hi)
+    note = "95% bands across replicas" if bands else no_interval_note(replicas)
+    fig.suptitle(f"Time to first token, 99th percentile per replica\n{note}", fontsize=11)
+    _legend_below(fig, axes, ncol=4)
+    return fig
+
+
+def pareto_figure(summary: pl.DataFrame, *, selfish: str | None = None) -> Figure:
+    """Throughput against TTFT P99 per topology: each policy a line over load, the front marked.
+
+    The front is over every (policy, load) point of a panel: what no other policy at any load
+    beats in both throughput and tail latency.
+    """
+    load, _, prefix = _load_col(summary)
+    topologies = summary["topology"].unique(maintain_order=True).to_list()
+    styles = _policy_styles(summary, selfish)
+    first = next(iter(styles))
+    fig, axes = _panels(len(topologies), sharex=True, sharey=True)
+    log_x = _log_loads(_floats(summary["throughput_rps"]))
+    notes = []
+    for k, (ax, topo) in enumerate(zip(axes, topologies)):
+        t = summary.filter(pl.col("topology") == topo)
+        for pol, style in styles.items():
+            d = t.filter(pl.col("policy") == pol).sort(load)
+            if d.height:
+                ax.plot(_floats(d["throughput_rps"]), _floats(d["ttft_p99_ms"]), **style)
+        x, y = _floats(t["throughput_rps"]), _floats(t["ttft_p99_ms"])
+        on = pareto_front(x, y)
+        order = np.argsort(x[on])
+        ax.plot(
+            x[on][order],
+            y[on][order],
+            color="black",
+            alpha=0.18,
+            linewidth=7,
+            solid_capstyle="round",
+            zorder=1,
+            label="Pareto front (nothing has more throughput and lower TTFT P99)",
+        )
+        ax.plot(
+            x[on],
+            y[on],
+            linestyle="none",
+            marker="o",
+            markersize=9,
+            markerfacecolor="none",
+            markeredgecolor="black",
+            markeredgewidth=0.9,
+            zorder=20,
+        )
+        # which load each point is: labelled along the first policy's line where labels fit
+        d = t.filter(pl.col("policy") == first).sort(load)
+        if d.height:
+            dx, dy, dl = _floats(d["throughput_rps"]), _floats(d["ttft_p99_ms"]), _floats(d[load])
+            keep = set(thin_load_labels(dx, log=log_x, width_in=_axis_width(len(topologies)) * 0.8, fontsize=9))
+            for xi, yi, li in zip(dx, dy, dl):
+                if xi in keep and np.isfinite(yi):
+                    notes.append(
+                        ax.annotate(
+                            f"{prefix}{li:g}",
+                            (xi, yi),
+                            xytext=(5, -9),
+                            textcoords="offset points",
+                            fontsize=6.5,
+                            color=styles[first]["color"],
+                            zorder=25,
+                        )
+                    )
+        ax.set_yscale("log")
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_title(topo)
+        ax.set_xlabel("throughput (requests/s)")
+        if k % 3 == 0:
+            ax.set_ylabel("TTFT P99 (ms)")
+        ax.grid(True, which="major", alpha=0.35)
+        ax.grid(True, which="minor", alpha=0.12)
+    ylo, yhi = axes[0].get_ylim()
+    xlo, xhi = axes[0].get_xlim()
+    for ax in axes:
+        _log_ticks(ax.yaxis, ylo, yhi)
+        if log_x:
+            _log_ticks(ax.xaxis, xlo, xhi)
+    if log_x:  # room on the right for the last point's load label
+        axes[0].set_xlim(xlo, xhi * (xhi / xlo) ** 0.06)
+    else:
+        axes[0].set_xlim(xlo, xhi + 0.06 * (xhi - xlo))
+    for note in notes:  # a label under a point by the bottom frame goes above it instead
+        fy = note.axes.transAxes.inverted().transform(note.axes.transData.transform(note.xy))[1]
+        if fy < 0.12:
+            note.xyann = (5, 5)
+    fig.suptitle("Throughput against TTFT P99, one point per load (better: right and down)", fontsize=11)
+    _legend_below(fig, axes, ncol=4)
+    return fig
+
+
+def _ecdf(values: np.ndarray, points: int = 1200) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values and their CDF at up to `points` order statistics, denser in the top 1%:
+    a line of millions of steps draws no better than a thousand and makes a slow, large PNG."""
+    v = np.sort(values[np.isfinite(values) & (values > 0)])
+    n = v.size
+    if n <= points:
+        k = np.arange(n)
+    else:
+        k = np.unique(np.r_[np.linspace(0, n - 1, points).round(), np.linspace(0.99 * (n - 1), n - 1, 200).round()])
+        k = k.astype(np.int64)
+    return v[k], (k + 1) / max(n, 1)
+
+
+def latency_cdf_figure(
+    samples: pl.LazyFrame,
+    cells: pl.DataFrame,
+    metric: str = "ttft_ms",
+    *,
+    selfish: str | None = None,
+    max_loads: int = 4,
+    max_replicas: int | None = None,
+) -> Figure | None:
+    """Empirical CDF of a per-request latency per policy, one panel per (topology, load).
+
+    Rows are topologies; columns up to `max_loads` loads spread over the grid's range (all when
+    few). Requests of all replicas are pooled, or of replicas 0..max_replicas-1 only: replicas
+    are independent, so a subset is an unbiased sample and keeps a 65,536-replica run from
+    loading billions of rows. None when the samples lack the column (a run without samples):
+    the caller skips the figure.
+    """
+    if metric not in samples.collect_schema().names() or not cells.height:
+        return None
+    load, _, prefix = _load_col(cells)
+    loads = sorted(cells[load].unique().drop_nulls().to_list())
+    if not loads:
+        return None
+    at = np.linspace(0, len(loads) - 1, min(len(loads), max_loads)).round().astype(int)
+    picks = [loads[i] for i in sorted(set(at.tolist()))]
+    chosen = cells.filter(pl.col(load).is_in(picks))
+    # Only two columns of the chosen cells are read: the hive filter skips the other cells' files.
+    keep = pl.col("cell_id").is_in(chosen["cell_id"].to_list())
+    if max_replicas is not None:  # rows are sorted by replica: row-group statistics skip the rest
+        keep = keep & (pl.col("replica") < max_replicas)
+    data = samples.filter(keep).select("cell_id", metric).group_by("cell_id").agg(pl.col(metric)).collect()
+    if not data.height:
+        return None
+    by_cell = dict(zip(data["cell_id"].to_list(), data[metric].to_list()))
+    topologies = chosen["topology"].unique(maintain_order=True).to_list()
+    styles = _policy_styles(cells, selfish)
+    panels = [(topo, lv) for topo in topologies for lv in picks]
+    if len(topologies) == 1 and len(picks) > 2:  # one topology: wrap its loads two by two, not one long strip
+        cols = 2
+        fig, axes = _figure(-(-len(picks) // 2), 2, (5.0, 3.5), sharey=True)
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+    else:
+        cols = len(picks)  # same load down a column: those panels share the x-scale
+        fig, axes = _figure(len(topologies), cols, (4.3, 3.3), sharex="col", sharey=True)
+    rows = -(-len(panels) // cols)
+    name = _CDF_METRICS.get(metric, (None, metric))[1]
+    requests = []
+    for k, (topo, lv) in enumerate(panels):
+        r, c = divmod(k, cols)
+        ax = axes[k]
+        here = chosen.filter((pl.col("topology") == topo) & (pl.col(load) == lv))
+        for cell_id, pol in zip(here["cell_id"].to_list(), here["policy"].to_list()):
+            values = by_cell.get(cell_id)
+            if values is None:
+                continue
+            xs, ps = _ecdf(np.asarray(values, dtype=float))
+            requests.append(len(values))
+            style = {key: v for key, v in styles[pol].items() if key not in ("marker", "markersize")}
+            ax.plot(xs, ps, drawstyle="steps-post", **style)
+        ax.set_xscale("log")
+        ax.set_title(f"{topo}, {prefix}{lv:g}", fontsize=9)
+        ax.grid(True, which="major", alpha=0.35)
+        ax.grid(True, which="minor", alpha=0.12)
+        if r == rows - 1 or k + cols >= len(panels):
+            ax.set_xlabel(f"{name} (ms)")
+        if c == 0:
+            ax.set_ylabel("share of requests ≤ x")
+    # ticks at the quantiles one reads off a latency CDF; the P99 tick is the tail's line
+    axes[0].set_ylim(0, 1.01)
+    axes[0].set_yticks(_CDF_TICKS, [f"{p:.2f}" for p in _CDF_TICKS])
+    for ax in axes[: len(panels)]:  # each x-scale gets ticks fitted to its own range
+        _log_ticks(ax.xaxis, *ax.get_xlim())
+    lo, hi = (min(requests), max(requests)) if requests else (0, 0)
+    per_cell = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+    pooled = "all replicas" if max_replicas is None else f"replicas 0 to {max_replicas - 1}"
+    fig.suptitle(
+        f"Empirical CDF of per-request {name} per policy, {pooled} pooled ({per_cell} requests a cell)", fontsize=11
+    )
+    _legend_below(fig, axes, ncol=4)
+    return fig
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def plot_poa_vs_load(poa: pl.DataFrame, path: Path, *, replicas: int | None = None) -> Path:
+    return _save(poa_vs_load_figure(poa, replicas=replicas), path)
+
+
+def plot_poa_heatmap(poa: pl.DataFrame, path: Path, *, replicas: int | None = None) -> Path:
+    return _save(poa_heatmap_figure(poa, replicas=replicas), path)
+
+
+def plot_ttft_p99(summary: pl.DataFrame, path: Path, *, selfish: str | None = None) -> Path:
+    return _save(ttft_p99_figure(summary, selfish=selfish, replicas=_replicas(summary)), path)
+
+
+def plot_pareto(summary: pl.DataFrame, path: Path, *, selfish: str | None = None) -> Path:
+    return _save(pareto_figure(summary, selfish=selfish), path)
+
+
+def _replicas(summary: pl.DataFrame) -> int | None:
+    if "replicas" not in summary.columns or not summary.height:
+        return None
+    return int(summary["replicas"].min())
+
+
+def _samples_and_cells(root: Path) -> tuple[pl.LazyFrame, pl.DataFrame, dict[str, Any]] | None:
+    """The run's samples and cell map, or None when there are none to read (samples off)."""
+    import poa_mc
+
+    try:
+        run = poa_mc.load(root)
+        cells = run.cells
+        wanted = ("cell_id", "topology", "load_axis", "concurrency", "rate", "policy", "policy_kind")
+        cells = cells.select([c for c in wanted if c in cells.collect_schema().names()]).collect()
+        return run.samples, cells, run.manifest
+    except FileNotFoundError:
+        return None
+
+
+_CDF_ROWS_PER_CELL = 250_000  # enough for a smooth CDF down to its P99.9
+
+
+def _cdf_replica_cap(run: dict[str, Any]) -> int | None:
+    """How many replicas the CDFs pool: all unless a cell holds more than _CDF_ROWS_PER_CELL rows."""
+    replicas, requests = run.get("replicas"), run.get("requests")
+    if not replicas or not requests:
+        return None
+    cap = max(1, _CDF_ROWS_PER_CELL // int(requests))
+    return cap if cap < int(replicas) else None
 
 
 def plot_run(root: str | Path) -> list[Path]:
@@ -221,10 +744,21 @@ def plot_run(root: str | Path) -> list[Path]:
     summary = pl.read_parquet(run_dir.summary_path)
     poa = pl.read_parquet(run_dir.poa_path)
     run_dir.plots_dir.mkdir(parents=True, exist_ok=True)
+    replicas = _replicas(summary)
+    selfish = poa["selfish_policy"][0] if poa.height and "selfish_policy" in poa.columns else None
     out = []
     if poa.height:
-        out.append(plot_poa_vs_load(poa, run_dir.plots_dir / "poa_vs_load.png"))
-        out.append(plot_poa_heatmap(poa, run_dir.plots_dir / "poa_heatmap.png"))
+        out.append(plot_poa_vs_load(poa, run_dir.plots_dir / "poa_vs_load.png", replicas=replicas))
+        out.append(plot_poa_heatmap(poa, run_dir.plots_dir / "poa_heatmap.png", replicas=replicas))
     if summary.height:
-        out.append(plot_ttft_p99(summary, run_dir.plots_dir / "ttft_p99.png"))
+        out.append(plot_ttft_p99(summary, run_dir.plots_dir / "ttft_p99.png", selfish=selfish))
+        out.append(plot_pareto(summary, run_dir.plots_dir / "pareto.png", selfish=selfish))
+    found = _samples_and_cells(run_dir.root)
+    if found is not None:
+        samples, cells, manifest = found
+        cap = _cdf_replica_cap(manifest.get("grid", {}).get("run", {}))
+        for metric, (name, _) in _CDF_METRICS.items():
+            fig = latency_cdf_figure(samples, cells, metric, selfish=selfish, max_replicas=cap)
+            if fig is not None:
+                out.append(_save(fig, run_dir.plots_dir / name))
     return out

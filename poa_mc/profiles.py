@@ -14,7 +14,7 @@ Forms accepted by `resolve_profile` (TOML tables, shown inline):
 
 With `kind` present, `name` is a free label; without it, `name` must be a built-in.
 
-The hardware and model tables below are datasheet *leads* (REFERENCE section 5), and the roofline
+The hardware and model tables below are datasheet *leads* (docs/sources.md, "Hardware", "Models"), and the roofline
 efficiencies and overheads are documented defaults, not fitted to any measured result. See
 docs/profiles.md for the derivation and every parameter.
 """
@@ -29,7 +29,7 @@ import numpy as np
 
 from poa_mc.spec import ProfileSpec, SpecError
 
-# --- Dynamo 1.6.1 mocker default polynomial (REFERENCE section 4) ---------------------------------------------------
+# --- Dynamo 1.6.1 mocker default polynomial (docs/sources.md) -------------------------------------------------------
 MOCKER_COEFFICIENTS: dict[str, float] = {
     "p2": 4.209989e-7,
     "p1": 1.518344e-2,
@@ -39,10 +39,10 @@ MOCKER_COEFFICIENTS: dict[str, float] = {
     "d0": 5.74,
     "d_min": 1.0,
 }
-MOCKER_SOURCE = "Dynamo 1.6.1 mocker default polynomial timing (REFERENCE section 4)"
+MOCKER_SOURCE = "Dynamo 1.6.1 mocker default polynomial timing (docs/sources.md)"
 
 
-# --- Hardware and model tables: datasheet LEADS (REFERENCE section 5), not measurements ------------------------------
+# --- Hardware and model tables: datasheet LEADS (docs/sources.md), not measurements ----------------------------------
 @dataclass(frozen=True)
 class GpuFacts:
     """One GPU's datasheet figures (leads). Bandwidth in TB/s, peaks in dense PFLOP/s."""
@@ -312,7 +312,7 @@ def _resolve_roofline(table: dict, path: str, name: str, kv_blocks: int, block_s
             f"{path}.d_min", f"must be <= the weights-read step time d0 = {coeffs['d0']:.6g} ms, got {d_min}"
         )
     source = (
-        f"roofline lead (REFERENCE section 5): {model.label} TP{tp} {dtype} on {gpu.label} "
+        f"roofline lead (docs/profiles.md): {model.label} TP{tp} {dtype} on {gpu.label} "
         f"(peak {peak_pflops} PFLOP/s, HBM {hbm_tbps} TB/s), prefill eff {eff['prefill_efficiency']}, "
         f"decode eff {eff['decode_efficiency']}, kv_blocks {kv_blocks} x {block_size}; not fitted"
     )

@@ -50,7 +50,9 @@ def _matrix(df: pl.DataFrame, name: str, r: int, n: int) -> np.ndarray:
     return df[name].to_numpy().reshape(r, n)
 
 
-def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed: int) -> CellStats:
+def cell_stats(
+    df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed: int, slo: dict[str, Any] | None = None
+) -> CellStats:
     """Statistics of one cell from its samples frame (rows of all replicas)."""
     df = df.sort(["replica", "seq"])
     r = df["replica"].n_unique()
@@ -75,6 +77,10 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
         if gaps.sum()
         else Estimate(math.nan, math.nan, math.nan),
     )
+    # per-request ITL (TPOT) quantiles, over requests with at least one gap (osl > 1)
+    itl_req = np.where(gaps > 0, itl, np.nan)
+    for q in (50, 90, 99):
+        _put(row, f"itl_p{q}_ms", quantile_interval(_nan_quantile(itl_req, q / 100)))
     _put(row, "e2e_mean_ms", t_interval(e2e.mean(axis=1)))
     _put(row, "e2e_p99_ms", quantile_interval(per_replica_quantile(e2e, 0.99)))
     for name in ("prefill_wait_ms", "decode_wait_ms"):
@@ -92,6 +98,8 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
     cached = _matrix(df, "cached_blocks", r, n).astype(np.float64)
     prompt = _matrix(df, "prompt_blocks", r, n).astype(np.float64)
     _put(row, "hit_rate", ratio_interval(cached.sum(axis=1), prompt.sum(axis=1)))
+    _slo_stats(row, slo or {}, ttft, itl, gaps, n, window_s)
+    _worker_stats(row, df, spec, r, n)
     if {"replica_preemptions", "replica_simulated"} <= set(df.columns):
         # decode preemptions under KV pressure, per simulated request (warm-up and tail included)
         pre = _matrix(df, "replica_preemptions", r, n)[:, 0].astype(np.float64)
@@ -110,6 +118,55 @@ def cell_stats(df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed
     social = {kind: social_cost_per_replica(kind, ttft, e2e) for kind in ("mean_ttft", "mean_e2e", "p99_ttft")}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
     return CellStats(row, social)
+
+
+def _nan_quantile(x: np.ndarray, q: float) -> np.ndarray:
+    """per_replica_quantile ignoring NaN entries (a row of NaN gives NaN)."""
+    out = np.full(x.shape[0], np.nan)
+    ok = ~np.all(np.isnan(x), axis=1)
+    if ok.any():
+        out[ok] = np.nanquantile(x[ok], q, axis=1, method="inverted_cdf")
+    return out
+
+
+def _slo_stats(row: dict[str, Any], slo: dict[str, Any], ttft, itl, gaps, n: int, window_s) -> None:
+    """slo_attainment (share of measured requests within every bound of [slo]) and goodput_rps
+    (those requests per second of the measurement window); null without an [slo] table."""
+    bound_ttft, bound_itl = float(slo.get("ttft_ms", 0.0)), float(slo.get("itl_ms", 0.0))
+    if bound_ttft <= 0 and bound_itl <= 0:
+        for name in ("slo_attainment", "goodput_rps"):
+            _put(row, name, Estimate(math.nan, math.nan, math.nan))
+        return
+    ok = np.ones(ttft.shape, dtype=bool)
+    if bound_ttft > 0:
+        ok &= ttft <= bound_ttft
+    if bound_itl > 0:
+        ok &= (gaps == 0) | (itl <= bound_itl)  # a one-token answer has no inter-token gap to miss
+    met = ok.sum(axis=1).astype(np.float64)
+    _put(row, "slo_attainment", t_interval(met / n))
+    _put(row, "goodput_rps", t_interval(met / window_s))
+
+
+def _worker_stats(row: dict[str, Any], df: pl.DataFrame, spec: dict, r: int, n: int) -> None:
+    """Utilisation of each pool (share of worker time in a pass), mean running decode batch and
+    KV occupancy (blocks held by requests over capacity), from the engine's time integrals over
+    the measured part of the run (first measured arrival to the end)."""
+    names = ("prefill_busy_ms", "decode_busy_ms", "decode_batch_ms", "decode_kv_block_ms", "measured_ms")
+    nan = Estimate(math.nan, math.nan, math.nan)
+    if not all(f"replica_{c}" in df.columns for c in names):
+        for c in ("prefill_util", "decode_util", "decode_batch_mean", "kv_occupancy_mean"):
+            _put(row, c, nan)
+        return
+    col = {c: _matrix(df, f"replica_{c}", r, n)[:, 0] for c in names}
+    span = np.where(col["measured_ms"] > 0, col["measured_ms"], np.nan)
+    cluster = spec["cluster"]
+    n_p = 0 if cluster["flow"] == "aggregated" else int(cluster["n_prefill"])
+    n_d = int(cluster["n_decode"])
+    _put(row, "prefill_util", t_interval(col["prefill_busy_ms"] / (span * n_p)) if n_p else nan)
+    _put(row, "decode_util", t_interval(col["decode_busy_ms"] / (span * n_d)))
+    _put(row, "decode_batch_mean", t_interval(col["decode_batch_ms"] / (span * n_d)))
+    cap = float(cluster["decode_kv_blocks"])
+    _put(row, "kv_occupancy_mean", t_interval(col["decode_kv_block_ms"] / (span * n_d * cap)))
 
 
 def _poa_hat_stage(
@@ -216,6 +273,7 @@ def reduce_run(
     manifest = run_dir.read_manifest()
     fp = manifest["fingerprint"]
     poa = {**manifest["grid"]["poa"], **(overrides or {})}
+    slo = manifest["grid"].get("slo", {})
     seed = int(manifest["seed"])
     cells = pl.read_parquet(run_dir.cells_path)
     known = set(cells["cell_id"])
@@ -226,7 +284,12 @@ def reduce_run(
         raise RunDirError(
             f"{run_dir.samples_dir} holds cells of another grid ({', '.join(foreign[:3])}...); refusing to mix"
         )
-    stale = sorted(c for c in on_disk if (run_dir.read_meta(c) or {}).get("fingerprint") != fp)
+    key = manifest.get("sim_key")
+
+    def same_run(meta: dict) -> bool:  # this run, or a cell kept when --resume grew the grid
+        return meta.get("fingerprint") == fp or (key is not None and meta.get("sim_key") == key)
+
+    stale = sorted(c for c in on_disk if not same_run(run_dir.read_meta(c) or {}))
     if stale:
         raise RunDirError(
             f"cells {', '.join(stale[:3])} were written by a different run "
@@ -242,7 +305,7 @@ def reduce_run(
     stats: dict[str, CellStats] = {}
     for cell in cells.sort("index").iter_rows(named=True):
         if cell["cell_id"] in on_disk:
-            stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed)
+            stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed, slo)
 
     knees = _knees(cells, stats, seed, int(poa.get("bootstrap", 1000)))
     summary = _summary_frame(cells, stats, knees)

@@ -9,19 +9,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 import poa_mc
 from poa_mc.config import GridConfig
-from poa_mc.grid import Cell, assign_shards, estimate_cost
+from poa_mc.console import RunConsole
+from poa_mc.grid import Cell, assign_shards, check_memory, estimate_cost
 from poa_mc.store import RunDir, fingerprint, git_commit, samples_frame
 
 Simulate = Callable[..., Any]
@@ -39,10 +40,26 @@ class RunReport:
     plots: list[Path] = field(default_factory=list)
 
 
-def _default_simulate() -> Simulate:
+def _engine_simulate(*args: Any, **kwargs: Any) -> Any:
     from poa_mc.engine import simulate
 
-    return simulate
+    return simulate(*args, **kwargs)
+
+
+_ENGINE: Simulate = _engine_simulate
+
+
+def _default_simulate() -> Simulate:
+    return _ENGINE
+
+
+def sim_key(grid: GridConfig) -> str:
+    """What a cell's samples depend on beyond its cell id (which hashes the cell's spec and stream):
+    seed, Monte Carlo sizes and poa-mc's version. Cells of two grids with equal sim keys and cell
+    ids are the same simulation, which is what lets --resume grow a grid."""
+    r = grid.run
+    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def resolve_backend(requested: str) -> str:
@@ -129,44 +146,58 @@ def build_manifest(grid: GridConfig, backend: str) -> dict[str, Any]:
         "seed": grid.run.seed,
         "backend": backend,
         "fingerprint": fingerprint(resolved),
+        "sim_key": sim_key(grid),
         "grid": resolved,
         "source": grid.source,
         "cells": {},
     }
 
 
-class Progress:
-    """cells done/total, simulated requests per second, time left; on a TTY only, after 2 s."""
+class EnvironmentFault(Exception):
+    """This machine cannot run the grid (no GPU for --backend cuda, an unwritable --out); known
+    before anything is written. Exit code 2."""
 
-    def __init__(self, total_cost: float, n_cells: int, enabled: bool, stream: TextIO) -> None:
-        self.total_cost, self.n, self.enabled, self.stream = total_cost, n_cells, enabled, stream
-        self.t0 = time.perf_counter()
-        self.cost_done = 0.0
-        self.done = 0
-        self.simulated = 0.0
-        self.shown = False
 
-    def update(self, cost: float, simulated: float) -> None:
-        self.done += 1
-        self.cost_done += cost
-        self.simulated += simulated
-        elapsed = time.perf_counter() - self.t0
-        if not self.enabled or elapsed < 2.0:
-            return
-        rate = self.simulated / elapsed if elapsed > 0 else 0.0
-        left = elapsed * (self.total_cost - self.cost_done) / self.cost_done if self.cost_done else 0.0
-        width = 24
-        filled = int(width * self.cost_done / self.total_cost) if self.total_cost else width
-        bar = "#" * filled + "." * (width - filled)
-        m, s = divmod(int(left + 0.5), 60)
-        self.stream.write(f"\r[{bar}] {self.done}/{self.n} cells  {rate:,.0f} req/s  {m}:{s:02d} left ")
-        self.stream.flush()
-        self.shown = True
+def check_out_dir(out: Path) -> None:
+    """--out must be a directory we can create or write: its nearest existing ancestor a writable
+    directory. Checked before anything is written, so a refusal leaves nothing behind."""
+    probe = out.absolute()
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe != out.absolute() and not probe.is_dir():
+        raise EnvironmentFault(f"--out {out}: {probe} is a file, not a directory")
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        raise EnvironmentFault(f"--out {out}: {probe} is not writable (read-only file system or no permission)")
 
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
+
+def check_backend(backend: str) -> None:
+    if backend == "cuda":
+        from poa_mc.kernels import cuda_available
+
+        if not cuda_available():
+            raise EnvironmentFault(
+                "--backend cuda: no CUDA device here (numba-cuda finds no driver or GPU; "
+                "install '.[gpu]' on a GPU machine, or use --backend cpu)"
+            )
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: the finished cells are on disk, nothing half-written is left."""
+
+    def __init__(self, out: Path, done: int, total: int) -> None:
+        super().__init__(f"interrupted after {done} of {total} cells")
+        self.out, self.done, self.total = out, done, total
+
+
+def _kernels_cold(backend: str) -> bool:
+    """True when this backend's kernels are not in the on-disk cache yet (the first cell compiles)."""
+    try:
+        from poa_mc.kernels._cache import is_warm
+    except ImportError:
+        return False
+    return not is_warm(backend)
 
 
 def run_grid(
@@ -189,22 +220,32 @@ def run_grid(
     cells = grid.cells()
     out = Path(out or grid.run.out)
     backend = resolve_backend(backend or grid.run.backend)
+    check_backend(backend)
+    check_memory(cells, grid.run)
+    check_out_dir(out)
     run_dir = RunDir(out)
     manifest = build_manifest(grid, backend)
     fp = manifest["fingerprint"]
-    run_dir.prepare(manifest, cells_frame(cells), resume=resume)
+    try:
+        run_dir.prepare(manifest, cells_frame(cells), resume=resume)
+    except OSError as e:
+        raise EnvironmentFault(f"--out {out}: cannot write: {e.strerror or e}") from None
 
     shard_of = assign_shards(cells, shard[1], grid.run) if shard else [0] * len(cells)
     selected = [c for c, s in zip(cells, shard_of) if shard is None or s == shard[0]]
     report = RunReport(out=out, total=len(cells), selected=len(selected))
-    done = run_dir.complete_cells(fp) if resume else set()
+    key = manifest["sim_key"]
+    done = run_dir.complete_cells(fp, key) if resume else set()
     todo = [c for c in selected if c.cell_id not in done]
     report.skipped = [c.cell_id for c in selected if c.cell_id in done]
 
     simulate = simulate or _default_simulate()
     costs = {c.cell_id: estimate_cost(c, grid.run) for c in todo}
-    progress = Progress(sum(costs.values()), len(todo), not quiet and sys.stdout.isatty(), sys.stdout)
+    console = RunConsole(len(todo), sum(costs.values()), quiet=quiet)
+    if todo and simulate is _ENGINE and _kernels_cold(backend):
+        console.note(f"compiling the {backend} kernels (once per machine and poa-mc version; about 45 s on 2 cores)")
     r = grid.run
+    engine_s = 0.0
     try:
         for cell in todo:
             t0 = time.perf_counter()
@@ -219,6 +260,7 @@ def run_grid(
                 record_candidates=True,
             )
             wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
+            engine_s += wall
             simulated = (
                 float(np.sum(res.replica["simulated"]))
                 if "simulated" in res.replica
@@ -226,6 +268,7 @@ def run_grid(
             )
             meta = {
                 "fingerprint": fp,
+                "sim_key": key,
                 "seed": manifest.get("seed"),
                 "poa_mc_version": manifest.get("poa_mc_version"),
                 "label": cell.label(),
@@ -240,26 +283,43 @@ def run_grid(
             frame = samples_frame(res.samples, res.candidates or None)
             # Per-replica window and request counts travel with the samples so reduce needs no engine.
             frame = _attach_replica_columns(frame, res.replica, r.requests)
-            log = getattr(res, "extra", {}).get("switch_log")
-            if log is not None:
-                frame = _attach_switch_log(frame, log, r.requests)
+            switch_log = getattr(res, "extra", {}).get("switch_log")
+            if switch_log is not None:
+                frame = _attach_switch_log(frame, switch_log, r.requests)
             run_dir.write_cell(cell.cell_id, frame, meta)
             report.ran.append(cell.cell_id)
-            progress.update(costs[cell.cell_id], simulated)
+            console.cell_done(cell.label(), costs[cell.cell_id], simulated, wall)
+    except KeyboardInterrupt:
+        console.close()
+        run_dir.remove_own_temporaries()
+        raise Interrupted(out, len(report.ran) + len(report.skipped), len(selected)) from None
     finally:
-        progress.close()
+        console.close()
+    if simulate is _ENGINE and report.ran:
+        from poa_mc import speed
 
-    complete = run_dir.complete_cells(fp)
+        speed.record(backend, sum(costs[c] for c in report.ran), engine_s)
+
+    complete = run_dir.complete_cells(fp, key)
     report.complete = sum(c.cell_id in complete for c in cells)
     if finish and report.complete == len(cells):
         from poa_mc.reduce import reduce_run
 
-        reduce_run(out)
+        console.note(f"summarising {len(cells)} cells")
+        try:
+            reduce_run(out)
+        except KeyboardInterrupt:
+            run_dir.remove_own_temporaries()
+            raise Interrupted(out, report.complete, len(cells)) from None
         report.reduced = True
         try:
             from poa_mc.plots import plot_run
 
+            console.note("drawing plots")
             report.plots = plot_run(out)
+        except KeyboardInterrupt:
+            run_dir.remove_own_temporaries()
+            raise Interrupted(out, report.complete, len(cells)) from None
         except Exception as e:  # noqa: BLE001 - figures are a convenience; never lose a finished run over them
             if log:
                 log(f"warning: plots failed: {e}")

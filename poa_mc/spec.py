@@ -152,7 +152,7 @@ class ProfileSpec:
     decode_ms: float = 0.0
     prefill_host_pass_ms: float = 0.0
     prefill_host_request_ms: float = 0.0
-    source: str = "Dynamo 1.6.1 mocker default polynomial timing (REFERENCE section 4)"
+    source: str = "Dynamo 1.6.1 mocker default polynomial timing (docs/sources.md)"
 
     def validate(self, path: str = "profile") -> None:
         if self.kind not in ("polynomial", "exponential", "deterministic"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,23 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
+_HOST = socket.gethostname().replace(".", "_") or "host"
+
+
 def _tmp_name(path: Path) -> Path:
-    # Ends in ".tmp", never ".parquet": a glob over samples/**/*.parquet must not see it.
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Ends in ".tmp", never ".parquet": a glob over samples/**/*.parquet must not see it. Host and
+    # pid name the writer, so a resume can tell a dead writer's leftovers from a live shard's.
+    return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -143,15 +158,49 @@ class RunDir:
         if existing and not self.manifest_path.exists():
             raise RunDirError(f"{self.root} is not empty and holds no manifest.json; choose another --out")
         if existing:
-            self._check_same_run(self.read_manifest(), manifest)
-        elif resume and not existing:
-            pass  # nothing to resume: a fresh run
+            old = self.read_manifest()
+            if resume and old.get("fingerprint") != manifest.get("fingerprint"):
+                self._check_grown(old, manifest, cells_df)
+                self.remove_temporaries()
+                atomic_write_json(self.manifest_path, manifest)
+                atomic_write_parquet(cells_df, self.cells_path)
+                return True
+            self._check_same_run(old, manifest)
+            if resume:
+                self.remove_temporaries()
         self.root.mkdir(parents=True, exist_ok=True)
         if not _create_exclusive_json(self.manifest_path, manifest):
             self._check_same_run(self.read_manifest(), manifest)  # a concurrent shard was first
         if not self.cells_path.exists():
             atomic_write_parquet(cells_df, self.cells_path)
         return existing
+
+    def _check_grown(self, old: dict[str, Any], new: dict[str, Any], cells_df: pl.DataFrame) -> None:
+        """--resume on a changed grid: allowed when it only adds cells (or changes what reduce and
+        plots do, [poa]), with the same seed, Monte Carlo sizes and poa-mc version, so every cell
+        already on disk is a cell of the new grid, simulated exactly as the new grid would."""
+        if old.get("sim_key") is None or old.get("sim_key") != new.get("sim_key"):
+            why = []
+            for key in ("seed", "replicas", "requests", "warmup"):
+                a, b = old.get("grid", {}).get("run", {}).get(key), new["grid"]["run"].get(key)
+                if a != b:
+                    why.append(f"run.{key} {a} there, {b} here")
+            if old.get("poa_mc_version") != new.get("poa_mc_version"):
+                why.append(f"poa-mc {old.get('poa_mc_version')} there, {new.get('poa_mc_version')} here")
+            raise RunDirError(
+                "--resume: this directory's cells were simulated differently ("
+                + ("; ".join(why) or "written by an older poa-mc")
+                + "); use another --out"
+            )
+        old_ids = set(pl.read_parquet(self.cells_path, columns=["cell_id"])["cell_id"].to_list())
+        dropped = old_ids - set(cells_df["cell_id"].to_list())
+        if dropped:
+            diff = _first_difference(old.get("grid", {}), new.get("grid", {}), ignore={"out", "backend"})
+            raise RunDirError(
+                f"--resume: the grid no longer has {len(dropped)} of the {len(old_ids)} cells in this directory "
+                f"(first difference at {diff}); --resume can add loads, topologies and policies, not change or "
+                "remove them: use another --out"
+            )
 
     @staticmethod
     def _check_same_run(old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -168,7 +217,8 @@ class RunDir:
         raise RunDirError(
             "this directory holds a different run ("
             + ("; ".join(why) or "different fingerprint")
-            + "); use another --out, or delete the directory to start over"
+            + "); use another --out, or delete the directory to start over "
+            "(a grid grown by new loads, topologies or policies: --resume runs only the new cells)"
         )
 
     def finalize_manifest(self) -> dict[str, Any]:
@@ -192,8 +242,9 @@ class RunDir:
         except (OSError, json.JSONDecodeError):
             return None
 
-    def complete_cells(self, fingerprint: str | None = None) -> set[str]:
-        """Cell ids whose samples file exists (and, if given, whose meta has this fingerprint)."""
+    def complete_cells(self, fingerprint: str | None = None, sim_key: str | None = None) -> set[str]:
+        """Cell ids whose samples file exists (and, if given, whose meta has this fingerprint, or
+        this sim key: the same simulation in a grid that has grown since)."""
         done = set()
         if not self.samples_dir.exists():
             return done
@@ -202,7 +253,10 @@ class RunDir:
                 cid = d.name[len("cell_id=") :]
                 if fingerprint is not None:
                     meta = self.read_meta(cid)
-                    if meta is None or meta.get("fingerprint") != fingerprint:
+                    if meta is None:
+                        continue
+                    same_key = sim_key is not None and meta.get("sim_key") == sim_key
+                    if meta.get("fingerprint") != fingerprint and not same_key:
                         continue
                 done.add(cid)
         return done
@@ -211,6 +265,29 @@ class RunDir:
         """Meta first, samples last: the samples file is the commit point of a cell."""
         atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta})
         atomic_write_parquet(samples, self.sample_path(cell_id))
+
+    def _temporaries(self) -> list[Path]:
+        return [p for p in self.root.rglob(".*.tmp") if p.is_file()] if self.root.is_dir() else []
+
+    def remove_own_temporaries(self) -> None:
+        """Delete the temporary files this process left (an interrupted write)."""
+        mine = f".{_HOST}.{os.getpid()}.tmp"
+        for p in self._temporaries():
+            if p.name.endswith(mine):
+                p.unlink(missing_ok=True)
+
+    def remove_temporaries(self) -> None:
+        """Delete temporary files of writers that are gone: this host's dead processes (a shard on
+        another host, or alive here, may still be writing its own), and names of no known writer."""
+        for p in self._temporaries():
+            parts = p.name.rsplit(".", 3)  # [".<name>", host, pid, "tmp"]; older: [".<name>", ext, pid, "tmp"]
+            if len(parts) == 4 and parts[2].isdigit():
+                old_style = parts[1] in ("parquet", "json")
+                if (old_style or parts[1] == _HOST) and _pid_alive(int(parts[2])):
+                    continue
+                if not old_style and parts[1] != _HOST:
+                    continue
+            p.unlink(missing_ok=True)
 
     def read_samples(self, cell_id: str) -> pl.DataFrame:
         return pl.read_parquet(self.sample_path(cell_id))

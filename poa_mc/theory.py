@@ -1,6 +1,6 @@
 """Closed forms and exact small-case results the engine must reproduce in limiting configurations.
 
-REFERENCE section 7. Everything here is host-side (Python, numpy, scipy) and deterministic: these are
+See docs/sources.md, "Closed forms". Everything here is host-side (Python, numpy, scipy) and deterministic: these are
 the yardsticks engine tests compare simulated estimates against. Times are in the units of the inputs
 (rates in 1/time, so mean waits come out in time); the power-of-d and JSQ results are in mean
 service times (unit service rate).

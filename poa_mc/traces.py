@@ -1,6 +1,6 @@
 """Real workload traces as sources of request lengths (see docs/traces.md).
 
-Three formats (REFERENCE.md section 8), each read in one streaming pass with the stdlib csv/json
+Three formats (docs/sources.md, "Trace formats"), each read in one streaming pass with the stdlib csv/json
 modules, so that a bad row can be reported by its 1-based line number:
 
 - Mooncake JSONL (`load_mooncake`): one JSON object a line with `timestamp` (ms), `input_length`,

@@ -133,3 +133,161 @@ def test_kill_and_resume_equals_clean_run(grid_file, tmp_path):
         assert (killed / rel).read_bytes() == (clean / rel).read_bytes(), rel
     for name in ("summary.parquet", "poa.parquet", "cells.parquet"):
         assert (killed / name).read_bytes() == (clean / name).read_bytes(), name
+
+
+# --- bad input and environment faults: exit 2, one line, nothing written ----------------------
+
+
+def _nothing_written(out):
+    return not out.exists() or not any(out.iterdir())
+
+
+def test_memory_that_cannot_fit_is_refused_before_writing(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    for cmd in (["validate", grid_file], ["run", "--grid", grid_file, "--out", out]):
+        r = invoke(*cmd, "--replicas", "200000", "--requests", "20000000")
+        assert r.exit_code == 2, r.output
+        assert ("run.replicas" in r.output or "run.requests" in r.output) and "GiB" in r.output
+    assert _nothing_written(out)
+
+
+def test_out_under_a_file_or_unwritable(grid_file, tmp_path, fake, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = invoke("run", "--grid", grid_file, "--out", afile / "sub")
+    errors = [ln for ln in r.output.splitlines() if not ln.startswith("warning:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "is a file, not a directory" in errors[0]
+    import poa_mc.runner
+
+    # root ignores permission bits, so a read-only file system is simulated where it is detected
+    monkeypatch.setattr(poa_mc.runner.os, "access", lambda *a, **k: False)
+    out = tmp_path / "ro" / "out"
+    r = invoke("run", "--grid", grid_file, "--out", out)
+    assert r.exit_code == 2 and "not writable" in r.output
+    assert not (tmp_path / "ro").exists()
+
+
+def test_backend_cuda_without_a_gpu_writes_nothing(grid_file, tmp_path):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run(
+        [sys.executable, "-m", "poa_mc.cli.main", "run", "--grid", str(grid_file), "--out", str(out),
+         "--backend", "cuda"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("warning:")]
+    assert len(errors) == 1 and "--backend cuda: no CUDA device" in errors[0]
+    assert _nothing_written(out)
+
+
+# --- overrides, resume of a grown grid, the console ---------------------------------------------
+
+
+def test_set_and_shortcuts_reach_the_run(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    r = invoke("run", "--grid", grid_file, "--out", out, "-q", "--replicas", "3", "--seed", "11",
+               "--set", "grid.concurrency=[4]", "--set", "policy[1].kind=random")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 11 and manifest["grid"]["run"]["replicas"] == 3
+    assert manifest["grid"]["loads"] == [4] and manifest["grid"]["policies"][1]["kind"] == "random"
+    assert pl.read_parquet(out / "summary.parquet").height == 4
+    r = invoke("run", "--grid", grid_file, "--out", tmp_path / "o2", "--set", "run.replica=3")
+    assert r.exit_code == 2 and "run.replica: unknown key (did you mean 'replicas'?)" in r.output
+
+
+def test_resume_runs_only_the_new_cells_of_a_grown_grid(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    before = {p: p.read_bytes() for p in out.glob("samples/*/part.parquet")}
+    grown = ["--set", "grid.concurrency=[4, 32, 64]", "--set", 'grid.topology=["1P/2D", "1P/3D", "2P/3D"]']
+    r = invoke("run", "--grid", grid_file, "--out", out, *grown)
+    assert r.exit_code == 2 and "--resume runs only the new cells" in r.output  # without --resume: refused
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", *grown)
+    assert r.exit_code == 0, r.output
+    assert "ran 10 cell(s), 8 already complete" in r.output and "18/18 cells" in r.output
+    assert all(p.read_bytes() == b for p, b in before.items())  # the old cells were not rerun
+    assert pl.read_parquet(out / "summary.parquet").height == 18
+    # shrinking, or changing how cells are simulated, is refused with what to do
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", "--set", "grid.concurrency=[4]")
+    assert r.exit_code == 2 and "no longer has" in r.output and "another --out" in r.output
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", "--requests", "40", *grown)
+    assert r.exit_code == 2 and "run.requests 48 there, 40 here" in r.output
+
+
+def test_resume_removes_a_dead_writers_temporary_file(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q", "--shard", "0/2").exit_code == 0
+    cell = next(out.glob("samples/cell_id=*"))
+    stale = [cell / ".part.parquet.99999999.tmp"]  # an older name, and a dead pid on this host
+    from poa_mc.store import _HOST
+
+    stale.append(cell / f".part.parquet.{_HOST}.99999999.tmp")
+    alive = cell / f".part.parquet.otherhost.{os.getpid()}.tmp"  # another host's shard: not ours to delete
+    for p in [*stale, alive]:
+        p.write_bytes(b"")
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q", "--resume").exit_code == 0
+    assert not any(p.exists() for p in stale) and alive.exists()
+
+
+def test_console_off_a_terminal_prints_a_line_per_cell_and_the_table(grid_file, tmp_path, fake):
+    r = CliRunner().invoke(main, ["run", "--grid", str(grid_file), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert sum(ln.startswith("[") and "/8] 1P/" in ln for ln in lines) == 8
+    assert any("summarising 8 cells" in ln for ln in lines)
+    table = r.output[r.output.index("results (95% intervals") :]
+    for head in ("TTFT p50 ms", "TTFT p99 ms", "ITL ms", "req/s", "PoA-hat", "PoA cf"):
+        assert head in table
+    assert "greedy *" in table  # the selfish policy is marked; its rows carry PoA cf
+    quiet = CliRunner().invoke(main, ["run", "--grid", str(grid_file), "--out", str(tmp_path / "q"), "-q"])
+    assert quiet.exit_code == 0 and all(ln.startswith("warning:") for ln in quiet.output.splitlines())
+
+
+def test_validate_prints_the_expected_time_from_the_measured_speed(grid_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("POA_MC_SPEED_FILE", str(tmp_path / "speed.json"))
+    r = invoke("validate", grid_file)
+    assert r.exit_code == 0 and "no run timed on this machine" in r.output and "cost units" not in r.output
+    from poa_mc import speed
+    from poa_mc.config import load_grid
+    from poa_mc.grid import estimate_cost
+
+    grid = load_grid(grid_file)
+    work = sum(estimate_cost(c, grid.run) for c in grid.cells())
+    speed.record("cpu", cost=work * 10, seconds=20.0)  # this machine: 10 grids in 20 s
+    r = invoke("validate", grid_file, "--set", "run.backend=cpu")
+    assert r.exit_code == 0 and "about 2.0 s of simulation" in r.output, r.output
+
+
+def test_ctrl_c_stops_at_once_leaves_nothing_half_written_and_resumes(grid_file, tmp_path):
+    """A real SIGINT while the real engine simulates: exit 130 within moments, a line saying how
+    to resume, no temporary file; --resume then finishes the grid."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    args = ["run", "--grid", str(grid_file), "--out", str(out), "--set", "grid.concurrency=[32]",
+            "--replicas", "1200", "--requests", "1500", "--backend", "cpu"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "poa_mc.cli.main", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for line in proc.stderr:  # the first cell is done: kernels compiled, the second is simulating
+        if line.startswith("[1/4]"):
+            break
+    time.sleep(0.3)
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    rc = proc.wait(timeout=60)
+    waited = time.perf_counter() - t0
+    assert rc == 130, rest
+    assert waited < 2.0, f"took {waited:.2f} s to stop"
+    assert "--resume" in rest and "cells are complete" in rest
+    assert not list(out.rglob("*.tmp"))
+    done = len(list(out.glob("samples/*/part.parquet")))
+    assert 1 <= done < 4 and not (out / "summary.parquet").exists()
+    r = subprocess.run([sys.executable, "-m", "poa_mc.cli.main", *args, "--resume", "-q"],
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(list(out.glob("samples/*/part.parquet"))) == 4 and (out / "summary.parquet").exists()

@@ -194,3 +194,90 @@ def test_paper_presets_load_on_the_prefill_first_path():
         assert {p.kind for p in grid.policies} >= {"kv", "adaptive", "oracle", "batch"}
         assert len(grid.policies) == 19 and len(grid.loads) == 17
         assert all(c.spec.cluster.poa_stage("auto")[0] == "decode" for c in grid.cells())
+
+
+# --- bad input that used to slip through or name the wrong key --------------------------------
+
+
+def test_cluster_block_size_zero_names_cluster_not_profile():
+    e = _err(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nblock_size = 0'))
+    assert e.path == "cluster.block_size"
+
+
+def test_aggregated_flow_refuses_a_prefill_pool():
+    text = SMALL.replace('flow = "decode_first"', 'flow = "aggregated"')
+    e = _err(text)
+    assert e.path == "grid.topology[0]" and '"0P/2D"' in str(e)
+    grid = loads_grid(text.replace('["1P/2D", "1P/3D"]', '["0P/2D", "0P/3D"]'))
+    assert [t.n_prefill for t in grid.topologies] == [0, 0]
+
+
+def test_unknown_arrival_names_the_value_not_the_grid_axis():
+    e = _err(SMALL.replace("prefix_groups = 4", 'prefix_groups = 4\narrival = "bursty"'))
+    assert e.path == "workload.arrival" and "'bursty'" in str(e)
+
+
+def test_pull_on_decode_first_is_refused_at_validation():
+    e = _err(SMALL.replace('kind = "round_robin"', 'kind = "pull"'))
+    assert e.path == "policy[1].kind" and "prefill_first" in str(e)
+
+
+@pytest.mark.parametrize(
+    "data, line", [(b'[run]\nname = "\xe9t\xe9"\n', "line 2"), (bytes(range(200, 256)) * 4, "line 1")]
+)
+def test_non_utf8_file_names_the_line(tmp_path, data, line):
+    p = tmp_path / "latin1.toml"
+    p.write_bytes(data)
+    with pytest.raises(ConfigError) as e:
+        load_grid(p)
+    assert e.value.path == line and "UTF-8" in str(e.value)
+
+
+def test_counts_past_32_bits_are_refused():
+    e = _err(SMALL.replace("requests = 48", "requests = 3000000000"))
+    assert e.path == "run.requests" and "2,147,483,647" in str(e)
+    e = _err(SMALL.replace("replicas = 6", "replicas = 99999999999"))
+    assert e.path == "run.replicas"
+
+
+# --- --set overrides ------------------------------------------------------------------------
+
+
+def _set(*items: str):
+    return loads_grid(SMALL, overrides=items)
+
+
+def test_set_overrides_scalars_lists_and_array_tables():
+    grid = _set(
+        "run.replicas=3", "grid.concurrency=[2, 8, 16]", "policy[1].temperature=0.5", "cluster.flow=prefill_first"
+    )
+    assert grid.run.replicas == 3 and grid.loads == (2, 8, 16)
+    assert grid.policies[1].temperature == 0.5 and grid.cluster.flow == "prefill_first"
+    # a new section or key is created, then validated like the file
+    assert _set("slo.ttft_ms=250").slo.ttft_ms == 250.0
+
+
+@pytest.mark.parametrize(
+    "item, path",
+    [
+        ("run.replica=3", "run.replica"),  # unknown key, as in the file
+        ("run.replicas=zero", "run.replicas"),  # a bare word is a string: wrong type
+        ("policy[5].d=2", "--set policy[5].d"),
+        ("no-equals-sign", "--set"),
+        ("run..x=1", "--set run..x"),
+    ],
+)
+def test_set_errors_name_the_key(item, path):
+    with pytest.raises(ConfigError) as e:
+        _set(item)
+    assert e.value.path == path
+
+
+def test_slo_section():
+    assert loads_grid(SMALL).slo.is_set() is False
+    grid = loads_grid(SMALL + "\n[slo]\nttft_ms = 500\nitl_ms = 20\n")
+    assert (grid.slo.ttft_ms, grid.slo.itl_ms) == (500.0, 20.0)
+    assert grid.to_dict()["slo"] == {"ttft_ms": 500.0, "itl_ms": 20.0}
+    assert "slo" not in loads_grid(SMALL).to_dict()  # grids without [slo] keep their fingerprint
+    assert _err(SMALL + "\n[slo]\nttft_ms = -1\n").path == "slo.ttft_ms"
+    assert _err(SMALL + "\n[slo]\np99 = 1\n").path == "slo.p99"

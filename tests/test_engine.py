@@ -116,7 +116,8 @@ def test_closed_form_decode_equals_step_by_step(flow):
 
 
 def test_mocker_lockstep_ttft_at_c8():
-    # REFERENCE section 4: 1P/2D at C = 8 on the mocker profile lands on one of two lockstep patterns
+    # docs/engine.md, "Order within one instant": 1P/2D at C = 8 on the mocker profile lands on one of two
+    # lockstep patterns
     spec = CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=2), workload=WorkloadSpec(concurrency=8))
     res = simulate(spec, replicas=4, requests=400, warmup=100, seed=1, stream=0)
     p50 = float(np.median(res.samples["ttft_ms"]))

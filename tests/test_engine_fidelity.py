@@ -128,7 +128,7 @@ def test_decode_choice_at_temperature_follows_dynamos_softmax():
     picks = np.array([K.router.sample_blocks(wk_i, pc, rep_i, 0, key, 1, 3, 1.0) for _ in range(n)])
     assert rep_i[0, RI_DECIDE] == n  # each decision draws from its own sub-stream
     w = np.exp(-np.array([0.0, 10.0, 20.0]) / (20.0 * 1.0))
-    p = w / w.sum()  # REFERENCE section 3: exp(-(c - cmin) / ((cmax - cmin) tau))
+    p = w / w.sum()  # docs/sources.md, "Router cost and temperature": exp(-(c - cmin) / ((cmax - cmin) tau))
     freq = np.bincount(picks - 1, minlength=3) / n
     assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / n)), (freq, p)
     # equal costs: uniform; the engine keeps the argmin (fewest_blocks) at tau = 0
@@ -201,3 +201,25 @@ def test_the_replays_admission_rule_starves_preempted_requests_without_a_drain()
     # transfers first: new requests start sooner, preempted ones resume later, than under fcfs
     assert finite.samples["ttft_ms"].mean() < fcfs.samples["ttft_ms"].mean()
     assert finite.samples["itl_ms"].mean() > fcfs.samples["itl_ms"].mean()
+
+
+def test_worker_time_integrals_on_the_hand_timeline():
+    # The roomy timeline of the preemption test: prefill passes 0-10 (A), 10-20 (B) and 210-220
+    # (a third, unmeasured request sent when A ends): 30 ms. The decode worker is in a pass from
+    # 10 to 220 (210 ms), A runs 10-210 and B 20-220: 400 sequence-ms. Blocks held (1 at
+    # admission, one more every 64 tokens): the passes are 10-20 (A, 1 -> 2 blocks), 20-210 (A 2
+    # -> 5, B 1 -> 4) and 210-220 (B 4 -> 5); each counts the mean of its start and end:
+    # 1.5 x 10 + 6 x 190 + 4.5 x 10 = 1200 block-ms (step by step it is 1216: 1.3% apart).
+    res = _run(_cell(decode_kv_blocks=64))
+    rep = res.replica
+    assert rep["measured_ms"][0] == 220.0
+    assert rep["prefill_busy_ms"][0] == pytest.approx(30.0)
+    assert rep["decode_busy_ms"][0] == pytest.approx(210.0)
+    assert rep["decode_batch_ms"][0] == pytest.approx(400.0)
+    assert rep["decode_kv_block_ms"][0] == pytest.approx(1200.0)
+    # warm-up time is left out: one client, A as warm-up (0-210), the measured B arrives at 210,
+    # is prefilled 210-220 and decodes 220-420; A's passes before 210 count for nothing
+    rep = simulate(_cell(c=1, decode_kv_blocks=64), replicas=1, requests=1, warmup=1, seed=3, stream=0).replica
+    assert rep["measured_ms"][0] == pytest.approx(210.0)
+    assert rep["prefill_busy_ms"][0] == pytest.approx(10.0)
+    assert (rep["decode_busy_ms"][0], rep["decode_batch_ms"][0]) == pytest.approx((200.0, 200.0))

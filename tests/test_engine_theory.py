@@ -101,7 +101,7 @@ def supermarket_sojourn(lam: float, d: int) -> float:
 
 
 def test_power_of_two_choices_supermarket_limit(se_check):
-    # REFERENCE section 7: 2.614 service times as n -> infinity, about 3.6/n higher at finite n
+    # docs/sources.md, "Closed forms": 2.614 service times as n -> infinity, about 3.6/n higher at finite n
     n, lam = 100, 0.9
     expected = supermarket_sojourn(lam, 2) + 3.6 / n
     res = simulate(
@@ -151,7 +151,7 @@ def test_lru_prefix_cache_hit_ratio_against_che(se_check):
     q = np.arange(1, groups + 1, dtype=float) ** -alpha
     q /= q.sum()
     che = che_hit_ratio(q, size)
-    assert abs(che - 0.3778) < 0.001  # REFERENCE: exact LRU 0.3778, Che within 0.001 at this size
+    assert abs(che - 0.3778) < 0.001  # docs/sources.md: exact LRU 0.3778, Che within 0.001 at this size
     hits = res.samples["cached_blocks"].mean(axis=1)
     m, se = se_check(hits, 0.3778, Z)
     assert se < 0.004  # the check has teeth

@@ -61,3 +61,19 @@ def test_parse_shard():
     for bad in ("4/4", "-1/2", "1", "a/b", "1/0"):
         with pytest.raises(ValueError):
             parse_shard(bad)
+
+
+def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
+    from poa_mc.config import ConfigError, loads_grid
+    from poa_mc.grid import check_memory
+    from tests.grids_for_tests import SMALL
+
+    grid = loads_grid(SMALL)
+    check_memory(grid.cells(), grid.run, available=8 << 30)  # 6 x 48 requests: nothing to say
+    with pytest.raises(ConfigError) as e:
+        check_memory(grid.cells(), grid.run, available=64 << 10)  # one replica's state alone is bigger
+    assert e.value.path == "run.requests"
+    big = loads_grid(SMALL.replace("replicas = 6", "replicas = 2000000"))
+    with pytest.raises(ConfigError) as e:
+        check_memory(big.cells(), big.run, available=8 << 30)  # the results of 96 M requests
+    assert e.value.path == "run.replicas" and "--shard" in str(e.value)

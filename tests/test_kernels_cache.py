@@ -48,7 +48,7 @@ def test_lru_follows_release_order_and_evicts_tails_first():
 
 def test_released_unique_blocks_stay_cached_and_push_older_prefixes_out():
     # prompts of 4 blocks: a 2-block group prefix and 2 unique full blocks; capacity 8.
-    # Requests of groups 0, 1, 2, 0 one after another (REFERENCE section 4: every full block a
+    # Requests of groups 0, 1, 2, 0 one after another (docs/sources.md, "KV blocks": every full block a
     # finished request held stays cached as evictable).
     a = _cache_arrays()
     pc, wk_i = a[0], a[1]

@@ -123,7 +123,7 @@ def test_reduce_names_what_differs_in_a_foreign_cell(run_dir, tmp_path):
     shutil.copytree(run_dir, copy)
     meta_path = sorted((copy / "meta").glob("*.json"))[0]
     meta = json.loads(meta_path.read_text())
-    meta.update(fingerprint="0" * 16, seed=99)
+    meta.update(fingerprint="0" * 16, sim_key="1" * 16, seed=99)  # another seed: another sim key too
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(RunDirError, match="seed 99 there"):
         reduce_run(copy)
@@ -180,3 +180,38 @@ def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
     row = {}
     _poa_hat_stage(row, df, spec, {**poa, "stage": "prefill"}, 1, 4, isl, np.ones((1, 4)))
     assert row["poa_candidates"] == 1 and math.isnan(row["poa_hat"]) and row["poa_hat_windows"] == 0
+
+
+def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
+    import dataclasses
+
+    from poa_mc.reduce import _nan_quantile, _slo_stats, _worker_stats
+    from poa_mc.spec import ClusterSpec
+
+    # two replicas of 4 requests; ITL is undefined for the one-token answers (osl = 1)
+    itl = np.array([[5.0, 10.0, 99.0, 20.0], [7.0, 8.0, 9.0, 99.0]])
+    gaps = np.array([[9, 9, 0, 9], [9, 9, 9, 0]])
+    q50 = _nan_quantile(np.where(gaps > 0, itl, np.nan), 0.5)
+    np.testing.assert_allclose(q50, [10.0, 8.0])  # nearest rank over the 3 defined values
+    ttft = np.array([[100.0, 300.0, 50.0, 100.0], [100.0, 100.0, 100.0, 900.0]])
+    row: dict = {}
+    _slo_stats(row, {"ttft_ms": 200.0, "itl_ms": 15.0}, ttft, itl, gaps, 4, np.array([2.0, 4.0]))
+    # met: replica 0 -> requests 0 and 2 (1: TTFT, 3: ITL); replica 1 -> 0, 1, 2 (3: TTFT)
+    assert row["slo_attainment"] == pytest.approx((2 / 4 + 3 / 4) / 2)
+    assert row["goodput_rps"] == pytest.approx((2 / 2.0 + 3 / 4.0) / 2)
+    row = {}
+    _slo_stats(row, {}, ttft, itl, gaps, 4, np.array([2.0, 4.0]))
+    assert math.isnan(row["slo_attainment"]) and math.isnan(row["goodput_rps"])  # no [slo]: null
+
+    spec = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))}
+    rep = {"prefill_busy_ms": 50.0, "decode_busy_ms": 150.0, "decode_batch_ms": 600.0,
+           "decode_kv_block_ms": 5000.0, "measured_ms": 100.0}  # fmt: skip
+    df = pl.DataFrame({f"replica_{k}": [v] * 3 for k, v in rep.items()})
+    row = {}
+    _worker_stats(row, df, spec, 1, 3)
+    assert row["prefill_util"] == pytest.approx(0.5) and row["decode_util"] == pytest.approx(0.75)
+    assert row["decode_batch_mean"] == pytest.approx(3.0) and row["kv_occupancy_mean"] == pytest.approx(0.25)
+    spec["cluster"]["flow"] = "aggregated"  # no prefill pool: no prefill utilisation
+    row = {}
+    _worker_stats(row, df, spec, 1, 3)
+    assert math.isnan(row["prefill_util"]) and row["decode_util"] == pytest.approx(0.75)

@@ -1,4 +1,4 @@
-"""Closed forms of REFERENCE section 7, checked against their published reference values."""
+"""Closed forms of docs/sources.md ("Closed forms"), checked against their published reference values."""
 
 from __future__ import annotations
 

@@ -1,0 +1,169 @@
+"""What a run says on the console: progress while it simulates, stage lines (compiling,
+summarising, plotting), and the end-of-run table of results.
+
+On a terminal, progress is a rich progress bar on stderr; off a terminal (a log file, a Slurm
+job) it is one plain line per finished cell, so logs stay readable. `quiet` silences all of it.
+The results table goes to stdout.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any, TextIO
+
+MAX_TABLE_ROWS = 60  # beyond this the table shows the selfish policy's cells only
+
+
+class RunConsole:
+    """Progress of one run over `n_cells` cells whose estimated work adds up to `total_cost`."""
+
+    def __init__(self, n_cells: int, total_cost: float, *, quiet: bool = False, stream: TextIO | None = None) -> None:
+        self.n, self.total_cost, self.quiet = n_cells, total_cost, quiet
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.done = 0
+        self.simulated = 0.0
+        self.t0 = time.perf_counter()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> RunConsole:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_bar(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[cells]}"),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=Console(file=self.stream),
+            transient=False,
+        )
+        self._task = self._bar.add_task("simulating", total=max(self.total_cost, 1e-9), cells="", rate="")
+        self._bar.start()
+
+    def note(self, message: str) -> None:
+        """A stage line (compiling kernels, summarising, drawing plots)."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.console.print(message, highlight=False)
+        else:
+            print(message, file=self.stream, flush=True)
+
+    def cell_done(self, label: str, cost: float, simulated: float, wall: float) -> None:
+        self.done += 1
+        self.simulated += simulated
+        if self.quiet:
+            return
+        elapsed = time.perf_counter() - self.t0
+        rate = self.simulated / elapsed if elapsed > 0 else 0.0
+        if self.tty:
+            if self._bar is None:
+                self._start_bar()
+            self._bar.update(self._task, advance=cost, cells=f"{self.done}/{self.n} cells", rate=f"{_si(rate)} req/s")
+        else:
+            cell_rate = simulated / wall if wall > 0 else 0.0
+            print(
+                f"[{self.done}/{self.n}] {label}: {simulated:,.0f} requests in {wall:.2f} s ({_si(cell_rate)} req/s)",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f}"
+
+
+def _num(x: Any, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _interval(v: Any, lo: Any, hi: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+        return f"{v:.3f}"
+    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def results_table(summary: Any, poa: Any, selfish: str) -> Any:
+    """A rich Table: per cell TTFT P50/P99, ITL, throughput, PoA-hat, and on the selfish policy's
+    row the counterfactual PoA of its point, each PoA with its 95% interval."""
+    import polars as pl
+    from rich.table import Table
+
+    axis = summary["load_axis"][0] if summary.height else "concurrency"
+    load_col = "concurrency" if axis == "concurrency" else "rate"
+    rows = summary.sort(["point", "policy"]) if "point" in summary.columns else summary
+    shown = rows
+    caption = None
+    if rows.height > MAX_TABLE_ROWS:
+        shown = rows.filter(pl.col("policy") == selfish)
+        caption = f"{selfish!r} only ({shown.height} of {rows.height} cells); all of them: summary.parquet"
+    cf = {}
+    if poa.height:
+        for r in poa.iter_rows(named=True):
+            cf[(r["topology"], r[load_col])] = (r.get("poa_cf"), r.get("poa_cf_lo"), r.get("poa_cf_hi"))
+    one_rep = bool(rows.height) and int(rows["replicas"].max()) < 2
+    table = Table(
+        title="results (95% intervals across replicas)" if not one_rep else "results (1 replica: no intervals)",
+        caption=caption,
+        header_style="bold",
+    )
+    for name, justify in (
+        ("topology", "left"),
+        ("C" if axis == "concurrency" else "rate", "right"),
+        ("policy", "left"),
+        ("TTFT p50 ms", "right"),
+        ("TTFT p99 ms", "right"),
+        ("ITL ms", "right"),
+        ("req/s", "right"),
+        ("PoA-hat", "right"),
+        ("PoA cf", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=name != "policy")  # type: ignore[arg-type]
+    for r in shown.iter_rows(named=True):
+        load = r[load_col]
+        poa_cf = cf.get((r["topology"], load)) if r["policy"] == selfish else None
+        table.add_row(
+            r["topology"],
+            f"{load:g}" if isinstance(load, float) else str(load),
+            r["policy"] + (" *" if r["policy"] == selfish else ""),
+            _num(r.get("ttft_p50_ms")),
+            _num(r.get("ttft_p99_ms")),
+            _num(r.get("itl_mean_ms"), 2),
+            _num(r.get("throughput_rps"), 2),
+            _interval(r.get("poa_hat"), r.get("poa_hat_lo"), r.get("poa_hat_hi")),
+            _interval(*poa_cf) if poa_cf else "",
+        )
+    return table
+
+
+def print_results(summary: Any, poa: Any, selfish: str, stream: TextIO | None = None) -> None:
+    """The end-of-run table on stdout (`*` marks the selfish policy, whose row carries PoA cf)."""
+    from rich.console import Console
+
+    file = stream if stream is not None else sys.stdout
+    # off a terminal (a log file) there is no width to fit: keep rows on one line
+    width = None if getattr(file, "isatty", lambda: False)() else 160
+    Console(file=file, highlight=False, width=width).print(results_table(summary, poa, selfish))

@@ -1,0 +1,64 @@
+import io
+
+import polars as pl
+
+from poa_mc.console import MAX_TABLE_ROWS, RunConsole, print_results
+
+
+def _summary(replicas: int, n: int = 2) -> pl.DataFrame:
+    rows = []
+    for i in range(n):
+        for policy in ("greedy", "rr"):
+            rows.append({"point": i, "topology": "1P/2D", "load_axis": "concurrency", "concurrency": 4 * (i + 1),
+                         "rate": None, "policy": policy, "replicas": replicas, "ttft_p50_ms": 12.34,
+                         "ttft_p99_ms": 56.7, "itl_mean_ms": 5.0, "throughput_rps": 9.5, "poa_hat": 1.25,
+                         "poa_hat_lo": 1.2 if replicas > 1 else None,
+                         "poa_hat_hi": 1.3 if replicas > 1 else None})  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def _poa(n: int = 2) -> pl.DataFrame:
+    return pl.DataFrame({"topology": ["1P/2D"] * n, "concurrency": [4 * (i + 1) for i in range(n)],
+                         "poa_cf": [1.1] * n, "poa_cf_lo": [1.0] * n, "poa_cf_hi": [1.2] * n})  # fmt: skip
+
+
+def _render(summary: pl.DataFrame, poa: pl.DataFrame) -> str:
+    buf = io.StringIO()
+    print_results(summary, poa, "greedy", stream=buf)
+    return buf.getvalue()
+
+
+def test_table_has_intervals_and_marks_the_selfish_policy():
+    text = _render(_summary(8), _poa())
+    assert "95% intervals" in text and "1.250 [1.200, 1.300]" in text and "1.100 [1.000, 1.200]" in text
+    assert text.count("greedy *") == 2 and text.count("1.100 [") == 2  # PoA cf on the selfish rows only
+
+
+def test_one_replica_says_it_has_no_intervals():
+    text = _render(_summary(1), _poa())
+    assert "1 replica: no intervals" in text and "[1.2" not in text
+
+
+def test_long_grids_show_the_selfish_policy_only():
+    n = MAX_TABLE_ROWS
+    text = _render(_summary(4, n), _poa(n))
+    assert "greedy' only" in text and " rr " not in text
+
+
+def test_progress_off_a_terminal_is_one_line_per_cell_and_quiet_is_silent():
+    buf = io.StringIO()
+    con = RunConsole(2, 10.0, stream=buf)
+    con.note("compiling")
+    con.cell_done("1P/2D C=4 greedy", 5.0, 2_000_000, 1.0)
+    con.cell_done("1P/2D C=4 rr", 5.0, 1000, 0.5)
+    con.close()
+    assert buf.getvalue().splitlines() == [
+        "compiling",
+        "[1/2] 1P/2D C=4 greedy: 2,000,000 requests in 1.00 s (2.00 M req/s)",
+        "[2/2] 1P/2D C=4 rr: 1,000 requests in 0.50 s (2.00 k req/s)",
+    ]
+    quiet = io.StringIO()
+    con = RunConsole(1, 1.0, quiet=True, stream=quiet)
+    con.note("x")
+    con.cell_done("a", 1.0, 1.0, 1.0)
+    assert quiet.getvalue() == ""
