@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numba
 import numpy as np
@@ -67,12 +67,20 @@ def run_batch(
     a = _alloc(shapes, n)
     threads = max(1, min(n, numba.get_num_threads() if parallel else 1))
     bounds = [n * i // threads for i in range(threads + 1)]
-    # Even one chunk runs on a worker thread: the main thread then waits in an interruptible
-    # lock, so Ctrl-C reaches Python at once instead of after the kernel returns. On an
-    # interrupt the pool is not joined (the kernel cannot be stopped); the caller exits.
+    if threads == 1:
+        # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
+        # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
+        _call(ip, fp, tabs, a, n)
+        return a, compile_s
+    # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
+    # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
+    # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
     pool = ThreadPoolExecutor(max_workers=threads)
     try:
         jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(threads)]
+        pending = set(jobs)
+        while pending:
+            _, pending = wait(pending, timeout=0.05)
         for job in jobs:
             job.result()
     except BaseException:

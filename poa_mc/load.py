@@ -20,7 +20,8 @@ class Run:
     """The tables of one run directory (schemas in docs/outputs.md). Frames are lazy.
 
     cells:   one row per cell of the grid
-    samples: one row per measured request of every complete cell, with `cell_id` (Hive partition)
+    samples: one row per measured request of every complete cell, with `cell_id` (Hive partition);
+             when cells differ in worker count, the candidate arrays are read as lists
     summary: one row per cell, estimates with `_lo`/`_hi` 95% bounds   (after reduce)
     poa:     one row per topology x load                               (after reduce)
     """
@@ -44,13 +45,25 @@ class Run:
     def samples(self) -> pl.LazyFrame:
         import polars as pl
 
-        if not any((self.path / "samples").glob("cell_id=*/part.parquet")):
+        files = sorted((self.path / "samples").glob("cell_id=*/part.parquet"))
+        if not files:
             return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
-        return pl.scan_parquet(
-            self.path / "samples" / "cell_id=*" / "part.parquet",
-            hive_partitioning=True,
-            hive_schema={"cell_id": pl.String},
-        )
+        schemas = {str(pl.read_parquet_schema(f)) for f in files}  # footers only
+        if len(schemas) == 1:
+            return pl.scan_parquet(
+                self.path / "samples" / "cell_id=*" / "part.parquet",
+                hive_partitioning=True,
+                hive_schema={"cell_id": pl.String},
+            )
+        # cells of other topologies have candidate arrays of other widths (one column per worker):
+        # read as variable-length lists, so that every cell fits one frame
+        frames = []
+        for f in files:
+            lf = pl.scan_parquet(f)
+            arrays = [k for k, v in lf.collect_schema().items() if isinstance(v, pl.Array)]
+            lf = lf.with_columns(pl.col(k).cast(pl.List(pl.Float64)) for k in arrays)
+            frames.append(lf.select(pl.lit(f.parent.name[len("cell_id=") :]).alias("cell_id"), pl.all()))
+        return pl.concat(frames, how="diagonal_relaxed")
 
     @property
     def summary(self) -> pl.LazyFrame:
