@@ -192,6 +192,14 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     cluster.run(["scontrol", "requeue", f"{array1}_{rq}"])
     log_rq = out / "logs" / f"{array1}_{rq}.out"
     wait_for(f"task {array1}_{rq} to be requeued", lambda: "DUE TO JOB REQUEUE" in log_rq.read_text(), 30, cluster)
+
+    def pending_again() -> bool:
+        # the step is cancelled first and the job requeued after: a StartTime set before that is
+        # overwritten by the requeue's own begin time (about two minutes on)
+        show = cluster.run(["scontrol", "show", "job", f"{array1}_{rq}"], check=False).stdout
+        return "Restarts=1" in show and "JobState=PENDING" in show
+
+    wait_for(f"task {array1}_{rq} to be pending again", pending_again, 60, cluster)
     cluster.run(["scontrol", "update", f"JobId={array1}_{rq}", "StartTime=now"])
     first_attempt = log_rq.read_text()
     assert "exited with status" not in first_attempt, f"shard {rq} was not cut mid-run:\n{first_attempt}"
@@ -212,7 +220,11 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     assert "reduce exited with status 0" in log2, log2
     # The requeued task came back (restart 1) and finished in its second attempt.
     log = log_rq.read_text()
-    assert "restart 1" in log and log.rstrip().endswith("exited with status 0"), log
+    if not ("restart 1" in log and log.rstrip().endswith("exited with status 0")):
+        acct = cluster.run(["sacct", "-j", f"{array1}_{rq}", "-D", "-P", "-o", "JobID,State,Restarts,ExitCode,Reason"],
+                           check=False)  # fmt: skip
+        pytest.fail(f"requeued task {array1}_{rq} did not finish a second attempt:\n{log}\n--- sacct\n"
+                    f"{acct.stdout}{acct.stderr}\n{cluster.logs()}", pytrace=False)  # fmt: skip
     # Finished cells stood: neither the requeued attempt nor the resubmission rewrote them.
     for c, ns in stamps.items():
         assert (out / "samples" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns == ns, f"cell {c} rewritten"
