@@ -283,7 +283,7 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
         if not cuda_available():
             click.echo("warning: run.backend = 'cuda' but this machine has no CUDA device", err=True)
     work = sum(estimate_cost(c, r) for c in cells)
-    expected = speed.expected_seconds(work, backend)
+    expected = speed.expected_seconds(work, backend, len(cells))
     when = (
         f"about {_duration(expected)} of simulation on this machine's {backend} (its measured speed)"
         if expected is not None
@@ -424,6 +424,24 @@ def plot(run_dir: Path) -> None:
     paths = plot_run(run_dir)
     for p in paths:
         click.echo(str(p))
+
+
+@main.command()
+@click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@_handle_errors
+def games(run_dir: Path) -> None:
+    """Summarise the games of a reduced run (pd_game.parquet: the prefill/decode split game)."""
+    import polars as pl
+
+    from poa_mc.console import print_pd_game
+
+    if not (run_dir / "manifest.json").exists():
+        raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
+    path = run_dir / "pd_game.parquet"
+    if not path.exists():
+        raise BadInput(f"{path}: none; the grid has no [games.pd] table, or `poa-mc reduce {run_dir}` has not run")
+    print_pd_game(pl.read_parquet(path))
+    click.echo("caching game (Game 2): not built yet in this version")
 
 
 def _register_optional_commands() -> None:

@@ -39,7 +39,7 @@ SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
 POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
-SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa", "slo")
+SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
 INT32_MAX = 2**31 - 1
 TOPOLOGY_RE = re.compile(r"^(\d+)P/(\d+)D$")
 
@@ -95,6 +95,24 @@ class SloSection:
 
 
 @dataclass(frozen=True)
+class PdGame:
+    """[games.pd]: the prefill/decode split game over a GPU budget (poa_mc.games)."""
+
+    gpu_budget: int
+    prefill_gpus: int = 1
+    decode_gpus: int = 1
+    prefill_cost: str = "ttft_mean_ms"
+    decode_cost: str = "itl_mean_ms"
+    social_cost: str = "e2e_mean_ms"
+    policy: str = ""  # whose cells play the game; default [poa].selfish
+
+    def splits(self) -> list[tuple[int, int]]:
+        from poa_mc.games import splits
+
+        return splits(self.gpu_budget, self.prefill_gpus, self.decode_gpus)
+
+
+@dataclass(frozen=True)
 class Topology:
     label: str
     n_prefill: int
@@ -131,6 +149,7 @@ class GridConfig:
     source: str = "<string>"
     traces: tuple[TraceRef, ...] = field(default=())
     slo: SloSection = field(default_factory=SloSection)
+    pd_game: PdGame | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints).
@@ -143,6 +162,8 @@ class GridConfig:
         d.pop("traces")
         if not self.slo.is_set():
             d.pop("slo")  # a grid without [slo] keeps the fingerprint it had before [slo] existed
+        if self.pd_game is None:
+            d.pop("pd_game")
         for ref in self.traces:
             section, key = ref.key.split(".")
             dist = d[section][key]
@@ -438,12 +459,18 @@ def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec
 
 
 def _parse_grid_axes(
-    doc: dict, arrival: str, flow: str = "prefill_first"
+    doc: dict, arrival: str, flow: str = "prefill_first", pd_game: PdGame | None = None
 ) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
     if "grid" not in doc:
         raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
-    table = _table(doc, "grid", "grid")
+    table = dict(_table(doc, "grid", "grid"))
     _check_keys(table, ("topology", "concurrency", "rate"), "grid")
+    if pd_game is not None:
+        if "topology" in table:
+            raise ConfigError(
+                "grid.topology", "[games.pd] sets the topologies (every split of its gpu_budget): remove one of them"
+            )
+        table["topology"] = [f"{n_p}P/{n_d}D" for n_p, n_d in pd_game.splits()]
 
     def read_list(key: str) -> list:
         value = table[key]
@@ -605,6 +632,45 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     return PoaSection(**f)
 
 
+def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
+    games = _table(doc, "games", "games")
+    _check_keys(games, ("pd",), "games")
+    if "pd" not in games:
+        return None
+    from poa_mc.games import POOL_COSTS
+
+    table = _table(games, "pd", "games.pd")
+    if "gpu_budget" not in table:
+        raise ConfigError("games.pd.gpu_budget", "required: the GPUs the two pools share")
+    f = _read_fields(
+        table,
+        {
+            "gpu_budget": (int, None),
+            "prefill_gpus": (int, 1),
+            "decode_gpus": (int, 1),
+            "prefill_cost": (str, "ttft_mean_ms"),
+            "decode_cost": (str, "itl_mean_ms"),
+            "social_cost": (str, "e2e_mean_ms"),
+            "policy": (str, ""),
+        },
+        "games.pd",
+    )
+    for key in ("gpu_budget", "prefill_gpus", "decode_gpus"):
+        _positive(f[key], f"games.pd.{key}")
+    for key in ("prefill_cost", "decode_cost", "social_cost"):
+        _choice(f[key], POOL_COSTS, f"games.pd.{key}")
+    if flow == "aggregated":
+        raise ConfigError("games.pd", 'needs a prefill pool: cluster.flow = "aggregated" has none')
+    game = PdGame(**f)
+    if len(game.splits()) < 2:
+        raise ConfigError(
+            "games.pd.gpu_budget",
+            f"{game.gpu_budget} GPUs make {len(game.splits())} split(s) of {game.prefill_gpus}-GPU prefill and "
+            f"{game.decode_gpus}-GPU decode workers; a game needs at least 2",
+        )
+    return game
+
+
 def _parse_slo(doc: dict) -> SloSection:
     f = _read_fields(_table(doc, "slo", "slo"), {"ttft_ms": (float, 0.0), "itl_ms": (float, 0.0)}, "slo")
     for key, value in f.items():
@@ -624,11 +690,20 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     workload, arrival, traces = _parse_workload(doc, Path(base_dir))
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
-    topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow)
+    pd_game = _parse_pd_game(doc, cluster.flow)
+    topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow, pd_game)
     policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
     slo = _parse_slo(doc)
-    grid = GridConfig(run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces, slo)
+    if pd_game is not None:
+        names = [p.name for p in policies]
+        if not pd_game.policy:
+            pd_game = dataclasses.replace(pd_game, policy=poa.selfish)
+        elif pd_game.policy not in names:
+            raise ConfigError("games.pd.policy", f"{pd_game.policy!r} names no policy; policies: {', '.join(names)}")
+    grid = GridConfig(
+        run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces, slo, pd_game
+    )
     grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path
     return grid
 

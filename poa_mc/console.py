@@ -167,3 +167,35 @@ def print_results(summary: Any, poa: Any, selfish: str, stream: TextIO | None = 
     # off a terminal (a log file) there is no width to fit: keep rows on one line
     width = None if getattr(file, "isatty", lambda: False)() else 160
     Console(file=file, highlight=False, width=width).print(results_table(summary, poa, selfish))
+
+
+def print_pd_game(game: Any, stream: TextIO | None = None) -> None:
+    """Per load: the equilibrium split(s), the social optimum and PoA_PD with its interval."""
+    from rich.console import Console
+    from rich.table import Table
+
+    load = "concurrency" if "concurrency" in game.columns else "rate"
+    first = game.row(0, named=True)
+    table = Table(
+        title=f"prefill/decode split game: pools' costs {first['prefill_cost_kind']} / {first['decode_cost_kind']}, "
+        f"social cost {first['social_cost_kind']}",
+        header_style="bold",
+    )
+    for name in ("C" if load == "concurrency" else "rate", "equilibrium", "optimum", "PoA_PD (worst eq.)", "best eq.",
+                 "cycles"):  # fmt: skip
+        table.add_column(name, justify="left" if name in ("equilibrium", "optimum") else "right", no_wrap=True)
+    for (value,), d in game.group_by([load], maintain_order=True):
+        r = d.row(0, named=True)
+        eq = ", ".join(d.filter(d["is_equilibrium"])["topology"].to_list()) or "none"
+        opt = ", ".join(d.filter(d["is_optimum"])["topology"].to_list()) or "-"
+        table.add_row(
+            f"{value:g}" if isinstance(value, float) else str(value),
+            eq,
+            opt,
+            _interval(r["poa_pd"], r["poa_pd_lo"], r["poa_pd_hi"]),
+            _interval(r["poa_pd_best"], r["poa_pd_best_lo"], r["poa_pd_best_hi"]),
+            str(r["cycles"]),
+        )
+    file = stream if stream is not None else sys.stdout
+    width = None if getattr(file, "isatty", lambda: False)() else 160
+    Console(file=file, highlight=False, width=width).print(table)

@@ -738,6 +738,48 @@ def _cdf_replica_cap(run: dict[str, Any]) -> int | None:
     return cap if cap < int(replicas) else None
 
 
+def pd_game_figure(game: pl.DataFrame) -> Figure:
+    """Game 1: each pool's cost and the social cost over the splits of the GPU budget, each as a
+    multiple of its best split (one log axis for quantities of different units), one panel per
+    load; equilibria starred, the social optimum ringed."""
+    load = "concurrency" if "concurrency" in game.columns else "rate"
+    loads = game[load].unique(maintain_order=True).to_list()
+    fig, axes = _panels(len(loads), sharey=True)
+    lines = (
+        ("prefill_cost", "tab:blue", "prefill pool: " + game["prefill_cost_kind"][0]),
+        ("decode_cost", "tab:orange", "decode pool: " + game["decode_cost_kind"][0]),
+        ("social_cost", "black", "social: " + game["social_cost_kind"][0]),
+    )
+    for ax, value in zip(axes, loads):
+        d = game.filter(pl.col(load) == value).sort("n_prefill")
+        x = np.arange(d.height)
+        for col, colour, label in lines:
+            y = _floats(d[col])
+            best = np.nanmin(y) if np.isfinite(y).any() else np.nan
+            ax.plot(x, y / best, color=colour, marker="o", ms=4, label=label)
+            lo, hi = _floats(d[f"{col}_lo"]), _floats(d[f"{col}_hi"])
+            if np.isfinite(lo).any():
+                ax.fill_between(x, lo / best, hi / best, color=colour, alpha=0.15, lw=0)
+            if col == "social_cost":
+                eq = d["is_equilibrium"].to_numpy()
+                opt = d["is_optimum"].to_numpy()
+                ax.plot(x[eq], (y / best)[eq], "*", color="tab:red", ms=14, label="equilibrium", zorder=5)
+                ax.plot(x[opt], (y / best)[opt], "o", mfc="none", mec="tab:green", mew=2, ms=13,
+                        label="social optimum", zorder=5)  # fmt: skip
+        ax.set_xticks(x, d["topology"].to_list(), rotation=45 if d.height > 6 else 0)
+        ax.set_yscale("log")
+        poa, lo, hi = d["poa_pd"][0], d["poa_pd_lo"][0], d["poa_pd_hi"][0]
+        txt = f"PoA_PD {poa:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and math.isfinite(lo) else "")
+        ax.set_title(f"{'C' if load == 'concurrency' else 'rate'}={value:g}: {txt}", fontsize=10)
+        ax.set_xlabel("split (prefill/decode workers)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("cost / its best split")
+    _log_ticks(axes[0].yaxis, *axes[0].get_ylim())
+    fig.suptitle("Prefill/decode split game over the GPU budget (95% bands across replicas)")
+    _legend_below(fig, axes, ncol=5)
+    return fig
+
+
 def plot_run(root: str | Path) -> list[Path]:
     """Draw every figure of a reduced run into DIR/plots/; returns the paths written."""
     run_dir = RunDir(root)
@@ -753,6 +795,10 @@ def plot_run(root: str | Path) -> list[Path]:
     if summary.height:
         out.append(plot_ttft_p99(summary, run_dir.plots_dir / "ttft_p99.png", selfish=selfish))
         out.append(plot_pareto(summary, run_dir.plots_dir / "pareto.png", selfish=selfish))
+    if run_dir.pd_game_path.exists():
+        game = pl.read_parquet(run_dir.pd_game_path)
+        if game.height:
+            out.append(_save(pd_game_figure(game), run_dir.plots_dir / "pd_game.png"))
     found = _samples_and_cells(run_dir.root)
     if found is not None:
         samples, cells, manifest = found

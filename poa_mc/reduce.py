@@ -312,6 +312,11 @@ def reduce_run(
     poa_df = _poa_frame(cells, stats, poa, seed, knees)
     atomic_write_parquet(summary, run_dir.summary_path)
     atomic_write_parquet(poa_df, run_dir.poa_path)
+    game = manifest["grid"].get("pd_game")
+    if game and summary.height:
+        from poa_mc.games import pd_game_frame
+
+        atomic_write_parquet(pd_game_frame(summary, game), run_dir.pd_game_path)
     run_dir.finalize_manifest()
     return summary, poa_df
 

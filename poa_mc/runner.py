@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 import poa_mc
+from poa_mc import speed
 from poa_mc.config import GridConfig
 from poa_mc.console import RunConsole
 from poa_mc.grid import Cell, assign_shards, check_memory, estimate_cost
@@ -245,7 +246,7 @@ def run_grid(
     if todo and simulate is _ENGINE and _kernels_cold(backend):
         console.note(f"compiling the {backend} kernels (once per machine and poa-mc version; about 45 s on 2 cores)")
     r = grid.run
-    engine_s = 0.0
+    timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
     try:
         for cell in todo:
             t0 = time.perf_counter()
@@ -260,7 +261,8 @@ def run_grid(
                 record_candidates=True,
             )
             wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
-            engine_s += wall
+            if costs[cell.cell_id] >= speed.MIN_TIMED_COST:
+                timed_cost, timed_s = timed_cost + costs[cell.cell_id], timed_s + wall
             simulated = (
                 float(np.sum(res.replica["simulated"]))
                 if "simulated" in res.replica
@@ -295,10 +297,8 @@ def run_grid(
         raise Interrupted(out, len(report.ran) + len(report.skipped), len(selected)) from None
     finally:
         console.close()
-    if simulate is _ENGINE and report.ran:
-        from poa_mc import speed
-
-        speed.record(backend, sum(costs[c] for c in report.ran), engine_s)
+    if simulate is _ENGINE and timed_s > 0:
+        speed.record(backend, timed_cost, timed_s)
 
     complete = run_dir.complete_cells(fp, key)
     report.complete = sum(c.cell_id in complete for c in cells)

@@ -2,7 +2,8 @@
 will take before it runs.
 
 After each run the runner records its cells' work (`grid.estimate_cost` units: simulated requests
-weighted by cluster size) per second of engine time, per backend, in
+weighted by cluster size) per second of engine time, per backend, counting only cells of at least
+MIN_TIMED_COST units (smaller ones time the per-call overhead), in
 ~/.cache/poa-mc/speed.json (XDG_CACHE_HOME is honoured; POA_MC_SPEED_FILE overrides the path).
 The estimate is the last few runs' median rate; compile time is not in it (it is said apart).
 """
@@ -15,6 +16,8 @@ import statistics
 from pathlib import Path
 
 KEEP = 5  # rates kept per backend: recent enough to follow an upgrade, enough to damp one odd run
+MIN_TIMED_COST = 2e4  # cells smaller than this time the engine's per-call overhead, not its speed
+CELL_OVERHEAD_S = 0.02  # per cell on top of its work (set-up, copies, writing its samples)
 
 
 def speed_file() -> Path:
@@ -49,9 +52,10 @@ def record(backend: str, cost: float, seconds: float) -> None:
         pass
 
 
-def expected_seconds(cost: float, backend: str) -> float | None:
-    """Engine seconds for `cost` units at this machine's measured rate; None before any run."""
+def expected_seconds(cost: float, backend: str, cells: int = 0) -> float | None:
+    """Seconds to simulate `cost` units in `cells` cells at this machine's measured rate; None
+    before any run here timed a cell big enough."""
     rates = _read().get(backend)
     if not rates:
         return None
-    return cost / statistics.median(rates)
+    return cost / statistics.median(rates) + CELL_OVERHEAD_S * cells

@@ -5,6 +5,7 @@
     DIR/meta/<cell_id>.json                per-cell timings, written just before the samples
     DIR/samples/cell_id=<id>/part.parquet  per-request samples of a finished cell (commit point)
     DIR/summary.parquet, DIR/poa.parquet   written by reduce
+    DIR/pd_game.parquet                    written by reduce for a grid with [games.pd]
     DIR/plots/*.png                        written by plot
 
 Every file is written to a temporary name in its final folder and renamed into place
@@ -132,6 +133,7 @@ class RunDir:
     meta_dir = property(lambda self: self.root / "meta")
     summary_path = property(lambda self: self.root / "summary.parquet")
     poa_path = property(lambda self: self.root / "poa.parquet")
+    pd_game_path = property(lambda self: self.root / "pd_game.parquet")
     plots_dir = property(lambda self: self.root / "plots")
 
     def sample_path(self, cell_id: str) -> Path:

@@ -1,4 +1,5 @@
 import os
+import tempfile
 import warnings
 
 import numpy as np
@@ -7,6 +8,8 @@ import pytest
 # the CUDA simulator multiplies uint64 on numpy scalars, which warns on the intended wrap-around
 warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
 os.environ.setdefault("MPLBACKEND", "Agg")
+# runs in the tests must not teach `poa-mc validate` this machine's speed (poa_mc/speed.py)
+os.environ.setdefault("POA_MC_SPEED_FILE", os.path.join(tempfile.mkdtemp(prefix="poa-mc-speed-"), "speed.json"))
 
 
 def mean_and_se(per_replica: np.ndarray) -> tuple[float, float]:

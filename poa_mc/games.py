@@ -1,0 +1,220 @@
+"""Game 1 of the paper: the prefill pool and the decode pool over a GPU budget.
+
+Every split (nP, nD) of a budget of G GPUs, with gP GPUs per prefill worker and gD per decode
+worker, is a topology of the grid (`[games.pd]` generates them: for nP = 1, 2, ..., the most decode
+workers the rest of the budget holds). Each pool has its own cost at a split, measured by the
+simulation: the prefill pool's is its users' TTFT, the decode pool's their ITL (summary columns,
+configurable). The pools bargain over GPUs one worker at a time: a pool takes one more worker's
+GPUs from the other when its relative gain per GPU exceeds the other's relative loss per GPU,
+
+    take(A from B):  ln(c_A(s) / c_A(s')) / GPUs A gains  >  ln(c_B(s') / c_B(s)) / GPUs B gives up,
+
+the paper's "marginal gain per GPU" compared across pools in units both share (log-relative
+change: TTFT and ITL are different quantities). An **equilibrium** is a split from which neither
+pool takes; best-response dynamics (the pools alternate, each taking while it gains) from every
+start find them, and say whether any start cycles. On the path of splits a move and its reverse
+are decided by the same comparison, so dynamics cannot cycle there and the equilibria are the
+splits both neighbours point to (several, when the pool costs are not convex); the finder is
+written for any move graph and reports cycles all the same. The **social optimum** minimises the
+social cost (default mean end-to-end latency), and PoA_PD = social cost at the equilibrium / at
+the optimum, with the worst and the best equilibrium when there are several.
+
+Intervals: different splits are different topologies and so independent streams; the social
+cost's standard error at each split comes from its 95% t-interval across replicas, and the log of
+the ratio gets the delta-method interval. The optimum is chosen on the same data (a winner's
+curse of order its standard error), which docs/games.md says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POOL_COSTS = (
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "itl_mean_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "e2e_mean_ms",
+    "e2e_p99_ms",
+)
+
+
+def splits(budget: int, prefill_gpus: int, decode_gpus: int) -> list[tuple[int, int]]:
+    """Every (nP, nD) with nP, nD >= 1 that uses the budget as fully as whole workers allow."""
+    out = []
+    n_p = 1
+    while n_p * prefill_gpus + decode_gpus <= budget:
+        out.append((n_p, (budget - n_p * prefill_gpus) // decode_gpus))
+        n_p += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Dynamics:
+    """What best-response dynamics found on a move graph."""
+
+    equilibria: list[int]  # nodes no player leaves
+    cycles: list[list[int]] = field(default_factory=list)  # each a closed walk of the dynamics
+    ends: dict[int, int] = field(default_factory=dict)  # start -> equilibrium reached (starts that cycle: none)
+
+
+def best_response(n: int, moves: Callable[[int], Sequence[int]], max_steps: int = 10_000) -> Dynamics:
+    """Best-response dynamics over nodes 0..n-1: `moves(i)` lists the nodes the players would move
+    to from i, in the order they move (the first is taken). From every start, follow moves until a
+    node without one (an equilibrium) or a revisit (a cycle)."""
+    equilibria = [i for i in range(n) if not moves(i)]
+    cycles: list[list[int]] = []
+    ends: dict[int, int] = {}
+    for start in range(n):
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        i = start
+        while i not in seen and len(path) < max_steps:
+            seen[i] = len(path)
+            path.append(i)
+            nxt = moves(i)
+            if not nxt:
+                ends[start] = i
+                break
+            i = nxt[0]
+        else:
+            cycle = path[seen[i] :] if i in seen else path
+            canon = _canonical(cycle)
+            if canon not in cycles:
+                cycles.append(canon)
+    return Dynamics(equilibria, cycles, ends)
+
+
+def _canonical(cycle: list[int]) -> list[int]:
+    k = cycle.index(min(cycle))
+    return cycle[k:] + cycle[:k]
+
+
+def pd_moves(
+    cost_p: np.ndarray, cost_d: np.ndarray, n_p: Sequence[int], n_d: Sequence[int], gpus_p: int, gpus_d: int
+) -> Callable[[int], list[int]]:
+    """The move rule on splits sorted by nP: from split i the prefill pool takes (to i + 1) or the
+    decode pool takes (to i - 1) when its log-relative gain per GPU exceeds the other's loss."""
+
+    def gain(c: np.ndarray, a: int, b: int) -> float:  # ln c(a) / c(b): > 0 when b is better
+        return math.log(c[a] / c[b]) if c[a] > 0 and c[b] > 0 else math.nan
+
+    def moves(i: int) -> list[int]:
+        out = []
+        if i + 1 < len(n_p):  # prefill takes one more worker's GPUs
+            g_p = (n_p[i + 1] - n_p[i]) * gpus_p
+            g_d = (n_d[i] - n_d[i + 1]) * gpus_d
+            if gain(cost_p, i, i + 1) / g_p > gain(cost_d, i + 1, i) / g_d:
+                out.append(i + 1)
+        if i > 0:  # decode takes one more worker's GPUs back
+            g_p = (n_p[i] - n_p[i - 1]) * gpus_p
+            g_d = (n_d[i - 1] - n_d[i]) * gpus_d
+            if gain(cost_d, i, i - 1) / g_d > gain(cost_p, i - 1, i) / g_p:
+                out.append(i - 1)
+        return out
+
+    return moves
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float
+    lo: float
+    hi: float
+
+
+def ratio_of_independent(a: float, se_a: float, b: float, se_b: float, z: float = 1.959964) -> Ratio:
+    """a / b with a delta-method interval on the log scale, a and b independent estimates."""
+    if not (a > 0 and b > 0):
+        return Ratio(math.nan, math.nan, math.nan)
+    r = a / b
+    s = math.sqrt((se_a / a) ** 2 + (se_b / b) ** 2)
+    return Ratio(r, r * math.exp(-z * s), r * math.exp(z * s))
+
+
+def _se(summary_row: dict, col: str) -> float:
+    """Standard error of a summary estimate from its 95% interval across replicas."""
+    from poa_mc.estimators import _t_quantile
+
+    lo, hi, r = summary_row.get(f"{col}_lo"), summary_row.get(f"{col}_hi"), int(summary_row["replicas"])
+    if lo is None or hi is None or r < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
+        return math.nan
+    return (hi - lo) / (2.0 * _t_quantile(r, 0.95))
+
+
+def _poa_pd(cells: list[dict], social: np.ndarray, col: str, eq: int, opt: int) -> Ratio:
+    """Social cost at split `eq` over that at the optimum `opt` (-1: none found)."""
+    if eq < 0 or opt < 0:
+        return Ratio(math.nan, math.nan, math.nan)
+    if eq == opt:
+        return Ratio(1.0, 1.0, 1.0)  # the same cell: the ratio has no spread
+    return ratio_of_independent(social[eq], _se(cells[eq], col), social[opt], _se(cells[opt], col))
+
+
+def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames, imported lazily
+    """pd_game.parquet from summary.parquet: per load, one row per split with both pools' costs,
+    the social cost, whether the split is an equilibrium or the optimum, and the load's PoA_PD
+    (worst and best equilibrium) with intervals; `cycles` counts best-response cycles found."""
+    import polars as pl
+
+    policy = game["policy"]
+    gp, gd = int(game["prefill_gpus"]), int(game["decode_gpus"])
+    c_p, c_d, c_s = game["prefill_cost"], game["decode_cost"], game["social_cost"]
+    rows = []
+    load_col = "concurrency" if summary["load_axis"][0] == "concurrency" else "rate"
+    mine = summary.filter(pl.col("policy") == policy)
+    for (load,), group in mine.sort([load_col, "n_prefill"]).group_by([load_col], maintain_order=True):
+        cells = group.to_dicts()
+        n_p = [c["n_prefill"] for c in cells]
+        n_d = [c["n_decode"] for c in cells]
+        cost_p = np.array([c[c_p] for c in cells], dtype=np.float64)
+        cost_d = np.array([c[c_d] for c in cells], dtype=np.float64)
+        social = np.array([c[c_s] for c in cells], dtype=np.float64)
+        dyn = best_response(len(cells), pd_moves(cost_p, cost_d, n_p, n_d, gp, gd))
+        opt = int(np.nanargmin(social)) if np.isfinite(social).any() else -1
+        eqs = sorted(dyn.equilibria, key=lambda i: social[i])
+        best_eq, worst_eq = (eqs[0], eqs[-1]) if eqs else (-1, -1)
+
+        worst, best = (_poa_pd(cells, social, c_s, i, opt) for i in (worst_eq, best_eq))
+        for i, c in enumerate(cells):
+            rows.append(
+                {
+                    load_col: load,
+                    "topology": c["topology"],
+                    "n_prefill": n_p[i],
+                    "n_decode": n_d[i],
+                    "gpus": n_p[i] * gp + n_d[i] * gd,
+                    "policy": policy,
+                    "prefill_cost": cost_p[i],
+                    "prefill_cost_lo": c.get(f"{c_p}_lo"),
+                    "prefill_cost_hi": c.get(f"{c_p}_hi"),
+                    "decode_cost": cost_d[i],
+                    "decode_cost_lo": c.get(f"{c_d}_lo"),
+                    "decode_cost_hi": c.get(f"{c_d}_hi"),
+                    "social_cost": social[i],
+                    "social_cost_lo": c.get(f"{c_s}_lo"),
+                    "social_cost_hi": c.get(f"{c_s}_hi"),
+                    "is_equilibrium": i in dyn.equilibria,
+                    "is_optimum": i == opt,
+                    "equilibria": len(dyn.equilibria),
+                    "cycles": len(dyn.cycles),
+                    "poa_pd": worst.value,
+                    "poa_pd_lo": worst.lo,
+                    "poa_pd_hi": worst.hi,
+                    "poa_pd_best": best.value,
+                    "poa_pd_best_lo": best.lo,
+                    "poa_pd_best_hi": best.hi,
+                    "prefill_cost_kind": c_p,
+                    "decode_cost_kind": c_d,
+                    "social_cost_kind": c_s,
+                }
+            )
+    return pl.DataFrame(rows, infer_schema_length=None)
