@@ -109,7 +109,7 @@ def _handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from poa_mc.config import ConfigError
-        from poa_mc.runner import EnvironmentFault, Interrupted
+        from poa_mc.runner import CellFailed, EnvironmentFault, Interrupted
         from poa_mc.store import RunDirError
 
         try:
@@ -118,9 +118,12 @@ def _handle_errors(fn: F) -> F:
             raise
         except (Interrupted, KeyboardInterrupt) as e:
             _interrupted(e)
-        except (BadInput, ConfigError, RunDirError, EnvironmentFault) as e:
+        except (BadInput, ConfigError, RunDirError, EnvironmentFault, CellFailed) as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(2)
+        except BrokenPipeError:  # `poa-mc presets | head`: the reader left, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except Exception as e:
             if os.environ.get("POA_MC_DEBUG"):
                 raise
@@ -151,7 +154,33 @@ def _interrupted(e: BaseException) -> None:
         os._exit(130)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class OneLineErrors(click.Group):
+    """Usage errors (a bad option, a missing argument) as one `Error:` line with exit code 2, like
+    every other bad input, instead of click's usage block."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("standalone_mode", True)
+        if not kwargs["standalone_mode"]:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            where = f" ({e.ctx.command_path} --help)" if e.ctx is not None else ""
+            click.echo(f"Error: {e.format_message()}{where}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(poa_mc.__version__, prog_name="poa-mc")
 def main() -> None:
     """Monte Carlo Price of Anarchy for disaggregated LLM serving.
@@ -165,6 +194,12 @@ def main() -> None:
     """
 
 
+def _out_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("empty path (leave --out out for the grid's [run].out)")
+    return Path(value) if value is not None else None
+
+
 @main.command()
 @click.option(
     "--grid",
@@ -175,8 +210,9 @@ def main() -> None:
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
     default=None,
+    callback=_out_dir,
     help="Run directory. Default: the grid's [run].out.",
 )
 @click.option(
@@ -268,7 +304,7 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
     from poa_mc import speed
     from poa_mc.config import ConfigError
     from poa_mc.grid import check_memory
-    from poa_mc.runner import resolve_backend
+    from poa_mc.runner import check_backend, check_out_dir, resolve_backend
 
     cells = grid.cells()
     r = grid.run
@@ -277,11 +313,8 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
     except ConfigError as e:
         raise BadInput(f"{grid.source}: {e}") from None
     backend = resolve_backend(r.backend)
-    if r.backend == "cuda" and backend == "cuda":
-        from poa_mc.kernels import cuda_available
-
-        if not cuda_available():
-            click.echo("warning: run.backend = 'cuda' but this machine has no CUDA device", err=True)
+    check_backend(backend)  # what `run` would refuse on this machine, validate refuses too
+    check_out_dir(Path(r.out))
     work = sum(estimate_cost(c, r) for c in cells)
     expected = speed.expected_seconds(work, backend, len(cells))
     when = (
@@ -418,7 +451,9 @@ def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
 def plot(run_dir: Path) -> None:
     """Redraw the figures of DIR (into DIR/plots/) from summary.parquet and poa.parquet."""
     from poa_mc.plots import plot_run
+    from poa_mc.store import RunDir
 
+    RunDir(run_dir).read_manifest()  # a damaged run directory is said before any figure is redrawn
     if not (run_dir / "summary.parquet").exists():
         raise BadInput(f"{run_dir}: no summary.parquet; run `poa-mc reduce {run_dir}` first")
     paths = plot_run(run_dir)

@@ -41,6 +41,8 @@ POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
 SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_BOOTSTRAP = 100_000
 TOPOLOGY_RE = re.compile(r"^(\d+)P/(\d+)D$")
 
 
@@ -249,8 +251,9 @@ def _positive(value: float, path: str, *, allow_zero: bool = False) -> None:
 
 
 def _parse_run(doc: dict) -> RunSection:
+    table = _table(doc, "run", "run")
     f = _read_fields(
-        _table(doc, "run", "run"),
+        table,
         {
             "name": (str, "run"),
             "seed": (int, 1),
@@ -262,10 +265,10 @@ def _parse_run(doc: dict) -> RunSection:
         },
         "run",
     )
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", f["name"]):
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", f["name"]) or set(f["name"]) == {"."}:
         raise ConfigError("run.name", f"use letters, digits, '.', '_' or '-' only, got {f['name']!r}")
-    if f["seed"] < 0:
-        raise ConfigError("run.seed", f"must be >= 0, got {f['seed']}")
+    if not 0 <= f["seed"] <= INT64_MAX:
+        raise ConfigError("run.seed", f"must be in 0..{INT64_MAX:,}, got {f['seed']}")
     _positive(f["replicas"], "run.replicas")
     _positive(f["requests"], "run.requests")
     _positive(f["warmup"], "run.warmup", allow_zero=True)
@@ -274,9 +277,12 @@ def _parse_run(doc: dict) -> RunSection:
         raise ConfigError("run.replicas", f"must be at most {INT32_MAX:,}, got {f['replicas']:,}")
     if f["requests"] + f["warmup"] > INT32_MAX:
         raise ConfigError(
-            "run.requests", f"requests + warmup must be at most {INT32_MAX:,}, got {f['requests'] + f['warmup']:,}"
+            "run.warmup" if f["warmup"] > f["requests"] else "run.requests",
+            f"requests + warmup must be at most {INT32_MAX:,}, got {f['requests'] + f['warmup']:,}",
         )
     _choice(f["backend"], BACKENDS, "run.backend")
+    if "out" in table and not f["out"].strip():
+        raise ConfigError("run.out", "must not be empty (leave it out for runs/<name>)")
     if not f["out"]:
         f["out"] = f"runs/{f['name']}"
     return RunSection(**f)
@@ -627,8 +633,10 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     _positive(f["window"], "poa.window")
     _positive(f["slots"], "poa.slots", allow_zero=True)
     _positive(f["overlap_weight"], "poa.overlap_weight", allow_zero=True)
-    if f["bootstrap"] < 100:
-        raise ConfigError("poa.bootstrap", f"must be >= 100 resamples, got {f['bootstrap']}")
+    if not 100 <= f["bootstrap"] <= MAX_BOOTSTRAP:
+        raise ConfigError("poa.bootstrap", f"must be 100..{MAX_BOOTSTRAP:,} resamples, got {f['bootstrap']:,}")
+    if f["slots"] > f["window"]:  # a worker takes at most every decision of a window
+        raise ConfigError("poa.slots", f"must be at most poa.window ({f['window']}), got {f['slots']:,}")
     return PoaSection(**f)
 
 
@@ -694,6 +702,10 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow, pd_game)
     policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
+    if poa.window > run.requests:
+        raise ConfigError(
+            "poa.window", f"{poa.window:,} decisions exceed the {run.requests:,} measured requests of a replica"
+        )
     slo = _parse_slo(doc)
     if pd_game is not None:
         names = [p.name for p in policies]
@@ -770,7 +782,7 @@ def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     path = Path(path)
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark some editors write is no error
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(
@@ -788,7 +800,7 @@ def loads_grid(
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(source, f"not valid TOML: {e}") from None
+        raise ConfigError("not valid TOML", str(e)) from None
     if overrides:
         doc = apply_overrides(doc, overrides)
     return parse_grid(doc, source, base_dir)

@@ -95,7 +95,12 @@ _log = logging.getLogger(__name__)
 
 
 class EngineError(RuntimeError):
-    """A simulation that ran but could not finish (e.g. an open loop whose queue grew without bound)."""
+    """A simulation that ran but could not finish (e.g. an open loop whose queue grew without bound).
+    `key` names the input to change when one is to blame ("load": the cell's load)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass
@@ -343,12 +348,19 @@ def result_bytes_per_request(n_workers: int, record: bool) -> int:
 
 
 def memory_plan(spec: CellSpec, *, replicas: int, requests: int, warmup: int, record: bool = True) -> dict[str, int]:
-    """Bytes a cell needs: `state` for one replica's kernel state and outputs, `results` for all
-    replicas' per-request arrays (the runner holds these twice while it builds the samples frame)."""
+    """Bytes a cell needs: `state` for one replica's kernel state and outputs (`largest`: the state
+    array that takes most of it), `results` for all replicas' per-request arrays (the runner holds
+    these twice while it builds the samples frame)."""
     ip, fp, _ = pack_params(spec, requests=requests, warmup=warmup, seed=0, stream=0, record_candidates=record)
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
-    state = bytes_per_replica(_shapes(ip, fp, n_workers, requests, record))
-    return {"state": state, "results": replicas * requests * result_bytes_per_request(n_workers, record)}
+    shapes = _shapes(ip, fp, n_workers, requests, record)
+    state = bytes_per_replica(shapes)
+    largest = max(shapes, key=lambda k: bytes_per_replica({k: shapes[k]}))
+    return {
+        "state": state,
+        "largest": largest,
+        "results": replicas * requests * result_bytes_per_request(n_workers, record),
+    }
 
 
 def available_memory() -> int:
@@ -535,7 +547,7 @@ def simulate(
             3: "the simulation stalled with requests left (a request cannot fit a worker)",
             L.STATUS_OVERCAP: "a worker held more KV blocks than it has (an engine bug: please report it)",
         }.get(code, str(code))
-        raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}")
+        raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}", key="load" if code == 1 else None)
     # seq order (arrival order) is the row order already: rows are indexed by seq - warmup
     return SimResult(
         samples=samples,

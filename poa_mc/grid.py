@@ -176,6 +176,25 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+# the grid key that sizes each kernel state array (poa_mc.engine._shapes), for memory errors
+_STATE_KEYS = {
+    "out_f": "run.requests",
+    "out_i": "run.requests",
+    "cand": "run.requests",
+    "slot_i": "cluster.max_inflight",
+    "slot_f": "cluster.max_inflight",
+    "queue": "cluster.max_inflight",
+    "run": "cluster.max_inflight",
+    "ev": "cluster.max_inflight",
+    "heap_t": "grid.concurrency",
+    "heap_c": "grid.concurrency",
+    "wk_i": "grid.topology",
+    "wk_f": "grid.topology",
+    "pc": "grid.topology",
+    "rep_f": "controller.window (or controller.log_switches)",
+}
+
+
 def check_memory(cells: list[Cell], run: RunSection, available: int | None = None) -> None:
     """Refuse, before anything is written, a grid whose cells cannot fit this machine's memory:
     one replica's kernel state must fit the engine's batch budget (half the available memory),
@@ -189,10 +208,12 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
     for cell in cells:
         plan = memory_plan(cell.spec, replicas=run.replicas, requests=run.requests, warmup=run.warmup)
         if plan["state"] > avail // 2:
+            key = _STATE_KEYS.get(plan["largest"], "run.requests")
             raise ConfigError(
-                "run.requests",
+                key,
                 f"one replica of {cell.label()} needs {plan['state'] / gib:.2f} GiB of state, more than half of "
-                f"the {avail / gib:.1f} GiB available here; lower run.requests (or cluster.max_inflight)",
+                f"the {avail / gib:.1f} GiB available here (most of it in its {plan['largest']} arrays); "
+                f"lower {key}",
             )
         batch_state = min(run.replicas * plan["state"], avail // 2)
         need = 2 * plan["results"] + batch_state

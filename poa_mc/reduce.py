@@ -275,7 +275,7 @@ def reduce_run(
     poa = {**manifest["grid"]["poa"], **(overrides or {})}
     slo = manifest["grid"].get("slo", {})
     seed = int(manifest["seed"])
-    cells = pl.read_parquet(run_dir.cells_path)
+    cells = run_dir.read_cells()
     known = set(cells["cell_id"])
 
     on_disk = run_dir.complete_cells()
@@ -296,6 +296,8 @@ def reduce_run(
             f"({_how_different(run_dir.read_meta(stale[0]) or {}, manifest)}); refusing to mix"
         )
     missing = known - on_disk
+    if not on_disk:
+        raise IncompleteRunError(f"{run_dir.samples_dir}: no cell has samples yet; nothing to summarise")
     if missing and not allow_partial:
         raise IncompleteRunError(
             f"{len(missing)} of {len(known)} cells have no samples yet; run the remaining shards "

@@ -23,6 +23,7 @@ import poa_mc
 from poa_mc import speed
 from poa_mc.config import GridConfig
 from poa_mc.console import RunConsole
+from poa_mc.engine import EngineError
 from poa_mc.grid import Cell, assign_shards, check_memory, estimate_cost
 from poa_mc.store import RunDir, fingerprint, git_commit, samples_frame
 
@@ -184,6 +185,11 @@ def check_backend(backend: str) -> None:
             )
 
 
+class CellFailed(Exception):
+    """A cell whose input cannot be simulated to the end (an open loop beyond the cluster's
+    capacity): said with the cell and the key to change, exit code 2. Finished cells are kept."""
+
+
 class Interrupted(Exception):
     """Ctrl-C during a run: the finished cells are on disk, nothing half-written is left."""
 
@@ -250,16 +256,19 @@ def run_grid(
     try:
         for cell in todo:
             t0 = time.perf_counter()
-            res = simulate(
-                cell.spec,
-                replicas=r.replicas,
-                requests=r.requests,
-                warmup=r.warmup,
-                seed=r.seed,
-                stream=cell.stream,
-                backend=backend,
-                record_candidates=True,
-            )
+            try:
+                res = simulate(
+                    cell.spec,
+                    replicas=r.replicas,
+                    requests=r.requests,
+                    warmup=r.warmup,
+                    seed=r.seed,
+                    stream=cell.stream,
+                    backend=backend,
+                    record_candidates=True,
+                )
+            except EngineError as e:
+                raise CellFailed(_failed_cell(grid, cell, e)) from None
             wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
             if costs[cell.cell_id] >= speed.MIN_TIMED_COST:
                 timed_cost, timed_s = timed_cost + costs[cell.cell_id], timed_s + wall
@@ -326,6 +335,14 @@ def run_grid(
     elif report.complete == len(cells):
         run_dir.finalize_manifest()
     return report
+
+
+def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:
+    key = getattr(e, "key", None)
+    if key == "load":
+        key = f"grid.{grid.load_axis}[{list(grid.loads).index(cell.load)}]"
+    done = "cells finished before it are kept (--resume goes on after a fix)"
+    return f"{key + ': ' if key else ''}cell {cell.label()}: {e}; {done}"
 
 
 def _attach_switch_log(frame: pl.DataFrame, log: np.ndarray, requests: int) -> pl.DataFrame:

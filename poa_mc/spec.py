@@ -206,8 +206,8 @@ class ControllerSpec:
     log_switches: int = 64
 
     def validate(self, path: str = "controller") -> None:
-        if not self.period_ms > 0:
-            raise SpecError(f"{path}.period_ms", f"must be > 0 ms, got {self.period_ms}")
+        if not self.period_ms >= 1.0:  # control steps are taken one by one: a tinier period never ends
+            raise SpecError(f"{path}.period_ms", f"must be >= 1 ms, got {self.period_ms}")
         if self.window < 1:
             raise SpecError(f"{path}.window", f"must be >= 1 first tokens, got {self.window}")
         if not 0 < self.ewma_alpha <= 1:
@@ -359,7 +359,7 @@ class CellSpec:
         need = -(-(w.isl.max_value() + w.osl.max_value()) // bs)
         if need > c.decode_kv_blocks:
             raise SpecError(
-                "workload.isl",
+                "workload.isl" if w.isl.max_value() >= w.osl.max_value() else "workload.osl",
                 f"a request of up to {w.isl.max_value()}+{w.osl.max_value()} tokens needs {need} blocks, "
                 f"more than a decode worker's kv_blocks ({c.decode_kv_blocks})",
             )
@@ -370,6 +370,15 @@ class CellSpec:
                     "workload.isl",
                     f"a prompt of up to {w.isl.max_value()} tokens needs {need_p} blocks, "
                     f"more than a prefill worker's kv_blocks ({c.prefill_kv_blocks})",
+                )
+        if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
+            # GB/s = 1e6 bytes per ms; a transfer must end within the simulated horizon
+            ms = c.kv_bytes_per_token * w.isl.max_value() / (c.transfer_gbps * 1e6) + c.transfer_latency_ms
+            if not ms < 1e12:
+                raise SpecError(
+                    "cluster.transfer_gbps",
+                    f"a prompt of {w.isl.max_value()} tokens at {c.kv_bytes_per_token:g} bytes/token over "
+                    f"{c.transfer_gbps:g} GB/s takes {ms:.3g} ms to transfer: not a finite time",
                 )
         if self.policy.kind == "pull" and c.flow != "prefill_first":
             raise SpecError(

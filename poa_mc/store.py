@@ -147,7 +147,15 @@ class RunDir:
     def read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             raise RunDirError(f"{self.root}: no manifest.json; not a poa-mc run directory")
-        return json.loads(self.manifest_path.read_text())
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise RunDirError(f"{self.manifest_path}: not valid JSON (line {e.lineno}, column {e.colno})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{self.manifest_path}: cannot read: {e}") from None
+        if not isinstance(manifest, dict) or "fingerprint" not in manifest:
+            raise RunDirError(f"{self.manifest_path}: not a poa-mc manifest (no fingerprint)")
+        return manifest
 
     def prepare(self, manifest: dict[str, Any], cells_df: pl.DataFrame, *, resume: bool) -> bool:
         """Make DIR ready for this run; True if it already held this run (same fingerprint).
@@ -292,7 +300,21 @@ class RunDir:
             p.unlink(missing_ok=True)
 
     def read_samples(self, cell_id: str) -> pl.DataFrame:
-        return pl.read_parquet(self.sample_path(cell_id))
+        return read_parquet_or_fail(self.sample_path(cell_id))
+
+    def read_cells(self) -> pl.DataFrame:
+        if not self.cells_path.exists():
+            raise RunDirError(f"{self.cells_path}: missing; the run directory is incomplete (run it again)")
+        return read_parquet_or_fail(self.cells_path)
+
+
+def read_parquet_or_fail(path: Path) -> pl.DataFrame:
+    """A Parquet file of a run, or RunDirError naming it when it is damaged."""
+    try:
+        return pl.read_parquet(path)
+    except (pl.exceptions.ComputeError, OSError, pl.exceptions.PolarsError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RunDirError(f"{path}: not a readable Parquet file ({first})") from None
 
 
 def _first_difference(a: Any, b: Any, ignore: set[str], path: str = "") -> str | None:

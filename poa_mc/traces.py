@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -108,6 +109,8 @@ class _Reader:
                         yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
                     except UnicodeDecodeError:
                         raise self.error(lineno, "not valid UTF-8") from None
+        except (zlib.error, EOFError, gzip.BadGzipFile) as e:
+            raise SpecError(str(self.path), f"{self.path}: not a valid gzip file ({e})") from None
         except OSError as e:
             raise SpecError(str(self.path), f"{self.path}: cannot read: {e.strerror or e}") from None
 

@@ -170,14 +170,15 @@ def test_out_under_a_file_or_unwritable(grid_file, tmp_path, fake, monkeypatch):
 def test_backend_cuda_without_a_gpu_writes_nothing(grid_file, tmp_path):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    r = subprocess.run(
-        [sys.executable, "-m", "poa_mc.cli.main", "run", "--grid", str(grid_file), "--out", str(out),
-         "--backend", "cuda"],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    assert r.returncode == 2, r.stderr
-    errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("warning:")]
-    assert len(errors) == 1 and "--backend cuda: no CUDA device" in errors[0]
+    for cmd in (
+        ["run", "--grid", str(grid_file), "--out", str(out), "--backend", "cuda"],
+        ["validate", str(grid_file), "--set", "run.backend=cuda"],
+    ):  # validate refuses what run would
+        r = subprocess.run([sys.executable, "-m", "poa_mc.cli.main", *cmd],
+                           capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("warning:")]
+        assert len(errors) == 1 and "--backend cuda: no CUDA device" in errors[0]
     assert _nothing_written(out)
 
 
@@ -291,3 +292,68 @@ def test_ctrl_c_stops_at_once_leaves_nothing_half_written_and_resumes(grid_file,
                        capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(list(out.glob("samples/*/part.parquet"))) == 4 and (out / "summary.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["run", "--replicas", "abc"], "'--replicas': 'abc' is not a valid integer"),
+        (["frob"], "No such command 'frob'"),
+        (["validate"], "Missing argument 'FILE'"),
+        (["run", "--out", ""], "'--out': empty path"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(args, says):
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and r.output.splitlines() == [next(ln for ln in r.output.splitlines())]
+    assert r.output.startswith("Error: ") and says in r.output
+
+
+def test_validate_refuses_an_out_it_could_not_write(grid_file, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = invoke("validate", grid_file, "--set", f'run.out="{afile / "sub"}"')
+    assert r.exit_code == 2 and "is a file, not a directory" in r.output
+
+
+def test_damaged_run_directories_are_named_not_crashed_on(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    part = next(out.glob("samples/*/part.parquet"))
+    part.write_bytes(b"garbage")
+    r = invoke("reduce", out)
+    assert r.exit_code == 2 and str(part) in r.output and "not a readable Parquet file" in r.output
+    (out / "manifest.json").write_text("{not json")
+    plots = {p: p.stat().st_mtime_ns for p in (out / "plots").glob("*.png")}
+    for cmd in (["reduce", out], ["plot", out], ["run", "--grid", grid_file, "--out", out, "--resume"]):
+        r = invoke(*cmd)
+        assert r.exit_code == 2 and "manifest.json: not valid JSON (line 1, column 2)" in r.output, (cmd, r.output)
+    assert {p: p.stat().st_mtime_ns for p in (out / "plots").glob("*.png")} == plots  # no figure redrawn
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "manifest.json").write_text(json.dumps({"fingerprint": "x", "grid": {"poa": {}}, "seed": 1}))
+    r = invoke("reduce", bare)
+    assert r.exit_code == 2 and "cells.parquet: missing" in r.output
+
+
+def test_reduce_with_no_samples_at_all_is_refused(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    import shutil
+
+    shutil.rmtree(out / "samples")
+    r = invoke("reduce", out, "--allow-partial")
+    assert r.exit_code == 2 and "no cell has samples" in r.output
+
+
+def test_an_open_loop_beyond_capacity_names_the_rate(tmp_path):
+    text = (
+        SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nmax_inflight = 64')
+        .replace("prefix_groups = 4", 'prefix_groups = 4\narrival = "poisson"')
+        .replace("concurrency = [4, 32]", "rate = [5.0, 100000.0]")
+    )
+    grid = tmp_path / "open.toml"
+    grid.write_text(text)
+    r = invoke("run", "--grid", grid, "--out", tmp_path / "out", "--set", 'grid.topology=["1P/2D"]')
+    assert r.exit_code == 2, r.output
+    assert "grid.rate[1]: cell 1P/2D rate=100000/s" in r.output and "max_inflight" in r.output

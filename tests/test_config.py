@@ -281,3 +281,49 @@ def test_slo_section():
     assert "slo" not in loads_grid(SMALL).to_dict()  # grids without [slo] keep their fingerprint
     assert _err(SMALL + "\n[slo]\nttft_ms = -1\n").path == "slo.ttft_ms"
     assert _err(SMALL + "\n[slo]\np99 = 1\n").path == "slo.p99"
+
+
+# --- found by a black-box probe of 416 malformed inputs ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "old, new, path",
+    [
+        ("seed = 7", "seed = 9223372036854775808", "run.seed"),
+        ('name = "small"', 'name = ".."', "run.name"),
+        ('name = "small"', 'name = "small"\nout = ""', "run.out"),
+        ("warmup = 8", "warmup = 2147483640", "run.warmup"),
+        ("osl = 16", "osl = 1099511627776", "workload.osl"),
+        ("window = 4", "window = 4\nslots = 1099511627776", "poa.slots"),
+        ("window = 4", "window = 4\nbootstrap = 1000000000", "poa.bootstrap"),
+        ("window = 4", "window = 100000000", "poa.window"),
+        ('flow = "decode_first"', 'flow = "decode_first"\nkv_bytes_per_token = 1e300\ntransfer_gbps = 1.0',
+         "cluster.transfer_gbps"),
+    ],
+)  # fmt: skip
+def test_values_that_used_to_crash_or_hang_later_are_refused_up_front(old, new, path):
+    assert old in SMALL
+    assert _err(SMALL.replace(old, new)).path == path
+
+
+def test_controller_period_has_a_floor():
+    text = SMALL.replace('kind = "round_robin"', 'kind = "adaptive"') + "\n[controller]\nperiod_ms = 1e-9\n"
+    assert _err(text).path == "controller.period_ms"
+
+
+def test_a_byte_order_mark_is_fine_and_toml_errors_name_the_line(tmp_path):
+    p = tmp_path / "bom.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + SMALL.encode())
+    assert load_grid(p).run.name == "small"
+    p.write_text("[run\n")
+    with pytest.raises(ConfigError) as e:
+        load_grid(p)
+    assert e.value.path == "not valid TOML" and "line 1" in str(e.value)
+
+
+def test_a_trace_that_is_not_gzip_names_the_file(tmp_path):
+    (tmp_path / "bad.csv.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"not gzip at all" * 20)
+    text = SMALL.replace("isl = 512", 'isl = { dist = "trace", file = "bad.csv.gz", format = "azure" }')
+    with pytest.raises(ConfigError) as e:
+        loads_grid(text, base_dir=tmp_path)
+    assert e.value.path == "workload.isl.file" and "gzip" in str(e.value)

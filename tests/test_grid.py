@@ -70,10 +70,22 @@ def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
 
     grid = loads_grid(SMALL)
     check_memory(grid.cells(), grid.run, available=8 << 30)  # 6 x 48 requests: nothing to say
+    long = loads_grid(SMALL.replace("requests = 48", "requests = 200000"))
     with pytest.raises(ConfigError) as e:
-        check_memory(grid.cells(), grid.run, available=64 << 10)  # one replica's state alone is bigger
-    assert e.value.path == "run.requests"
+        check_memory(long.cells(), long.run, available=16 << 20)  # one replica's outputs alone are bigger
+    assert e.value.path == "run.requests" and "out_" in str(e.value)
     big = loads_grid(SMALL.replace("replicas = 6", "replicas = 2000000"))
     with pytest.raises(ConfigError) as e:
         check_memory(big.cells(), big.run, available=8 << 30)  # the results of 96 M requests
     assert e.value.path == "run.replicas" and "--shard" in str(e.value)
+
+
+def test_check_memory_names_what_makes_a_replica_big():
+    from poa_mc.config import ConfigError, loads_grid
+    from poa_mc.grid import check_memory
+    from tests.grids_for_tests import SMALL
+
+    grid = loads_grid(SMALL.replace('["1P/2D", "1P/3D"]', '["1P/3000000D"]'))
+    with pytest.raises(ConfigError) as e:
+        check_memory(grid.cells(), grid.run, available=1 << 30)
+    assert e.value.path == "grid.topology" and ("wk_" in str(e.value) or "pc" in str(e.value))
