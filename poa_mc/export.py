@@ -24,7 +24,7 @@ from typing import IO
 
 import polars as pl
 
-from poa_mc.store import RunDirError
+from poa_mc.store import RunDir, RunDirError, read_parquet_or_fail
 
 FORMATS: dict[str, str] = {"csv": "csv", "json": "ndjson"}  # --format -> file extension
 TABLES: tuple[str, ...] = ("summary", "poa", "cells")
@@ -82,6 +82,7 @@ def _check_run_dir(run_dir: Path) -> list[Path]:
         raise RunDirError(f"{run_dir}: is not a directory; not a poa-mc run directory")
     if not (run_dir / "manifest.json").is_file():
         raise RunDirError(f"{run_dir}: no manifest.json; not a poa-mc run directory")
+    RunDir(run_dir).read_manifest()  # a damaged manifest is said, not copied
     paths = [run_dir / f"{t}.parquet" for t in TABLES]
     for p in paths:
         if not p.is_file():
@@ -135,12 +136,16 @@ def _write_samples(files: Iterable[tuple[str, Path]], f: IO[bytes], fmt: str) ->
     files = list(files)
     widths: dict[str, int] = {}
     for _, p in files:  # widest array of each column over all cells: one CSV header for all
-        for name, dtype in pl.read_parquet_schema(p).items():
+        try:
+            schema = pl.read_parquet_schema(p)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise RunDirError(f"{p}: not a readable Parquet file ({str(e).strip().splitlines()[0]})") from None
+        for name, dtype in schema.items():
             if isinstance(dtype, pl.Array):
                 widths[name] = max(widths.get(name, 0), dtype.size)
     rows = 0
     for i, (cid, p) in enumerate(files):
-        df = pl.read_parquet(p).select(pl.lit(cid).alias("cell_id"), pl.all())
+        df = read_parquet_or_fail(p).select(pl.lit(cid).alias("cell_id"), pl.all())
         rows += df.height
         if fmt == "csv":
             flatten_for_csv(df, widths).write_csv(f, include_header=i == 0)
@@ -179,7 +184,7 @@ def export_run(
             tmp = _tmp_name(final)
             finals.append(final)
             tmps.append(tmp)
-            df = pl.read_parquet(path)
+            df = read_parquet_or_fail(path)
             rows[path.stem] = df.height
             with open(tmp, "wb") as f:
                 _write_table(df, f, fmt)

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,6 +173,12 @@ def check_out_dir(out: Path) -> None:
         raise EnvironmentFault(f"--out {out}: {probe} is a file, not a directory")
     if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
         raise EnvironmentFault(f"--out {out}: {probe} is not writable (read-only file system or no permission)")
+    if probe.is_dir():
+        # permission bits do not tell everything (root, /proc, a read-only mount): try, and take it back
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".poa-mc-probe-", dir=probe))
+        except OSError as e:
+            raise EnvironmentFault(f"--out {out}: cannot write in {probe}: {e.strerror or e}") from None
 
 
 def check_backend(backend: str) -> None:

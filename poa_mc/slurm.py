@@ -778,6 +778,13 @@ def collect_status(out: Path, *, runner: Runner = _run) -> RunStatus:
         raise SlurmError(f"no such run directory: {out}", bad_input=True)
     if not (out / "manifest.json").exists() and not (out / SLURM_DIR).is_dir():
         raise SlurmError(f"{out} is not a poa-mc run directory (no manifest.json, no slurm/)", bad_input=True)
+    if (out / "manifest.json").exists():
+        from poa_mc.store import RunDir, RunDirError
+
+        try:
+            RunDir(out).read_manifest()
+        except RunDirError as e:
+            raise SlurmError(str(e), bad_input=True) from None
     done = done_cells(out)
     cells = all_cells(out)
     subs = read_jobs(out)
