@@ -44,7 +44,11 @@ POOL_COSTS = (
     "itl_p99_ms",
     "e2e_mean_ms",
     "e2e_p99_ms",
+    "goodput_rps",
+    "slo_attainment",
+    "throughput_rps",
 )
+BENEFITS = ("goodput_rps", "slo_attainment", "throughput_rps")  # higher is better: the cost is 1 / value
 
 
 def splits(budget: int, prefill_gpus: int, decode_gpus: int) -> list[tuple[int, int]]:
@@ -141,13 +145,28 @@ def ratio_of_independent(a: float, se_a: float, b: float, se_b: float, z: float 
 
 
 def _se(summary_row: dict, col: str) -> float:
-    """Standard error of a summary estimate from its 95% interval across replicas."""
+    """Standard error of a summary estimate from its 95% interval across replicas (of its cost,
+    1 / value, for a benefit column: the delta method's se / value^2)."""
     from poa_mc.estimators import _t_quantile
 
     lo, hi, r = summary_row.get(f"{col}_lo"), summary_row.get(f"{col}_hi"), int(summary_row["replicas"])
     if lo is None or hi is None or r < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
         return math.nan
-    return (hi - lo) / (2.0 * _t_quantile(r, 0.95))
+    se = (hi - lo) / (2.0 * _t_quantile(r, 0.95))
+    if col in BENEFITS:
+        v = summary_row.get(col)
+        return se / v**2 if v else math.nan
+    return se
+
+
+def _cost(cells: list[dict], col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A cost column over the splits, with its interval: the summary's own, or 1 / value for a
+    benefit (goodput, SLO attainment, throughput), its bounds swapped."""
+    v, lo, hi = (np.array([c.get(k) for c in cells], dtype=np.float64) for k in (col, f"{col}_lo", f"{col}_hi"))
+    if col in BENEFITS:
+        with np.errstate(divide="ignore"):
+            return 1.0 / v, 1.0 / hi, 1.0 / lo
+    return v, lo, hi
 
 
 def _poa_pd(cells: list[dict], social: np.ndarray, col: str, eq: int, opt: int) -> Ratio:
@@ -175,9 +194,7 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
         cells = group.to_dicts()
         n_p = [c["n_prefill"] for c in cells]
         n_d = [c["n_decode"] for c in cells]
-        cost_p = np.array([c[c_p] for c in cells], dtype=np.float64)
-        cost_d = np.array([c[c_d] for c in cells], dtype=np.float64)
-        social = np.array([c[c_s] for c in cells], dtype=np.float64)
+        (cost_p, p_lo, p_hi), (cost_d, d_lo, d_hi), (social, s_lo, s_hi) = (_cost(cells, c) for c in (c_p, c_d, c_s))
         dyn = best_response(len(cells), pd_moves(cost_p, cost_d, n_p, n_d, gp, gd))
         opt = int(np.nanargmin(social)) if np.isfinite(social).any() else -1
         eqs = sorted(dyn.equilibria, key=lambda i: social[i])
@@ -194,14 +211,14 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
                     "gpus": n_p[i] * gp + n_d[i] * gd,
                     "policy": policy,
                     "prefill_cost": cost_p[i],
-                    "prefill_cost_lo": c.get(f"{c_p}_lo"),
-                    "prefill_cost_hi": c.get(f"{c_p}_hi"),
+                    "prefill_cost_lo": p_lo[i],
+                    "prefill_cost_hi": p_hi[i],
                     "decode_cost": cost_d[i],
-                    "decode_cost_lo": c.get(f"{c_d}_lo"),
-                    "decode_cost_hi": c.get(f"{c_d}_hi"),
+                    "decode_cost_lo": d_lo[i],
+                    "decode_cost_hi": d_hi[i],
                     "social_cost": social[i],
-                    "social_cost_lo": c.get(f"{c_s}_lo"),
-                    "social_cost_hi": c.get(f"{c_s}_hi"),
+                    "social_cost_lo": s_lo[i],
+                    "social_cost_hi": s_hi[i],
                     "is_equilibrium": i in dyn.equilibria,
                     "is_optimum": i == opt,
                     "equilibria": len(dyn.equilibria),

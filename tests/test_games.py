@@ -97,3 +97,20 @@ def test_a_pd_game_run_writes_its_table_plot_and_summary(tmp_path):
         assert d["poa_pd"][0] == pytest.approx(worst_eq / best)
     r = CliRunner().invoke(main, ["games", str(out)])
     assert r.exit_code == 0 and "PoA_PD" in r.output and "equilibrium" in r.output
+
+
+def test_a_benefit_as_social_cost_is_maximised(tmp_path):
+    from poa_mc.runner import run_grid
+
+    text = PD + 'social_cost = "goodput_rps"\n\n[slo]\nttft_ms = 400.0\n'
+    out = tmp_path / "run"
+    run_grid(loads_grid(text), out=out, simulate=fake_engine.simulate, quiet=True)
+    game = pl.read_parquet(out / "pd_game.parquet")
+    summary = pl.read_parquet(out / "summary.parquet").filter(pl.col("policy") == "greedy")
+    for (load,), d in game.group_by(["concurrency"]):
+        goodput = summary.filter(pl.col("concurrency") == load).sort("n_prefill")["goodput_rps"].to_numpy()
+        np.testing.assert_allclose(d.sort("n_prefill")["social_cost"].to_numpy(), 1.0 / goodput)  # cost = 1 / benefit
+        best = d.filter(pl.col("is_optimum"))
+        assert best["social_cost"][0] == pytest.approx(1.0 / goodput.max())
+        worst_eq = d.filter(pl.col("is_equilibrium"))["social_cost"].max()
+        assert d["poa_pd"][0] == pytest.approx(worst_eq * goodput.max())  # = goodput at the optimum / at the equilibrium
