@@ -113,4 +113,6 @@ def test_a_benefit_as_social_cost_is_maximised(tmp_path):
         best = d.filter(pl.col("is_optimum"))
         assert best["social_cost"][0] == pytest.approx(1.0 / goodput.max())
         worst_eq = d.filter(pl.col("is_equilibrium"))["social_cost"].max()
-        assert d["poa_pd"][0] == pytest.approx(worst_eq * goodput.max())  # = goodput at the optimum / at the equilibrium
+        assert d["poa_pd"][0] == pytest.approx(
+            worst_eq * goodput.max()
+        )  # = goodput at the optimum / at the equilibrium
