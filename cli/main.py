@@ -186,7 +186,7 @@ def main() -> None:
     """Monte Carlo Price of Anarchy for disaggregated LLM serving.
 
     \b
-    Quick start:   poa-mc run                    (built-in quickstart grid, under a minute)
+    Quick start:   poa-mc run                    (built-in quickstart grid: ~6 s, ~77 s the first time)
     Your grid:     poa-mc validate grid.toml && poa-mc run --grid grid.toml
     Analyse:       python -c "import poa_mc; print(poa_mc.load('runs/quickstart').poa.collect())"
 
@@ -227,7 +227,11 @@ def _out_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> P
     default=None,
     help="Run only shard I of N (0-based); the reduce is skipped until all cells exist.",
 )
-@click.option("--resume", is_flag=True, help="Skip cells already complete in --out (same grid and seed only).")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Skip cells already complete in --out; a grid grown by loads, topologies or policies runs only its new cells.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no result table, no summary lines.")
 @override_options
 @_handle_errors
