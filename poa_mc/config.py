@@ -10,6 +10,7 @@ loads is a grid that can run. docs/grid.md documents every key, unit and default
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -735,7 +736,7 @@ def apply_overrides(doc: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """`KEY=VALUE` assignments (dotted key paths, `policy[1].temperature=0.5`) applied to a parsed
     grid document, before it is validated, so an override is checked exactly like the file.
     Raises ConfigError naming the override on a malformed one."""
-    doc = json_copy(doc)
+    doc = copy.deepcopy(doc)
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -766,14 +767,6 @@ def apply_overrides(doc: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             else:
                 node = seq[int(index)]
     return doc
-
-
-def json_copy(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: json_copy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [json_copy(v) for v in obj]
-    return obj
 
 
 def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> GridConfig:
