@@ -469,18 +469,23 @@ def plot(run_dir: Path) -> None:
 @click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @_handle_errors
 def games(run_dir: Path) -> None:
-    """Summarise the games of a reduced run (pd_game.parquet: the prefill/decode split game)."""
-    import polars as pl
-
-    from poa_mc.console import print_pd_game
+    """Summarise the games of a reduced run: pd_game.parquet (the prefill/decode split game) and
+    cache_game.parquet (selfish against coordinated caching)."""
+    from poa_mc.console import print_cache_game, print_pd_game
+    from poa_mc.store import read_parquet_or_fail
 
     if not (run_dir / "manifest.json").exists():
         raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
-    path = run_dir / "pd_game.parquet"
-    if not path.exists():
-        raise BadInput(f"{path}: none; the grid has no [games.pd] table, or `poa-mc reduce {run_dir}` has not run")
-    print_pd_game(pl.read_parquet(path))
-    click.echo("caching game (Game 2): not built yet in this version")
+    found = [(run_dir / name, show) for name, show in (("pd_game.parquet", print_pd_game),
+                                                       ("cache_game.parquet", print_cache_game))]  # fmt: skip
+    found = [(path, show) for path, show in found if path.exists()]
+    if not found:
+        raise BadInput(
+            f"{run_dir}: no pd_game.parquet or cache_game.parquet; the grid has no [games.pd] or [games.cache] "
+            f"table, or `poa-mc reduce {run_dir}` has not run"
+        )
+    for path, show in found:
+        show(read_parquet_or_fail(path))
 
 
 def _register_optional_commands() -> None:

@@ -91,6 +91,7 @@ from .layout import (
     P_POLICY,
     P_POP,
     P_PROF,
+    P_PSHARE,
     P_Q,
     P_RECLAST,
     P_RECORD,
@@ -234,6 +235,14 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             else:
                 lo = mid + 1
         return lo
+
+    @jit_inline
+    def cache_row(ip, w):
+        """The worker whose prefix cache worker w uses: its own, or worker 0's when the prefill
+        workers share one (P_PSHARE: the global LRU of the caching game)."""
+        if ip[P_PSHARE] == 1 and w < ip[P_NP]:
+            return np.int64(0)
+        return w
 
     # ---------------------------------------------------------------- queues
     @jit
@@ -641,7 +650,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
                 if blocked and replay:
                     break
                 # the KV has arrived: the prefill worker lets go of its copy
-                pw = np.int64(slot_i[r, s, SI_PW])
+                pw = cache_row(ip, np.int64(slot_i[r, s, SI_PW]))
                 isl = np.int64(slot_i[r, s, SI_ISL])
                 pfx = np.int64(slot_i[r, s, SI_PFX])
                 cache_release(
@@ -921,8 +930,9 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + ip[P_B] - 1) // ip[P_B]
         for w in range(lo, lo + k):
-            cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, g, pfx, isl, ip[P_B])
-            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
+            cw = cache_row(ip, w)
+            cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, ip[P_B])
+            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, cw, g, pfx, pblk)
 
     # inlined at the prefill decision (route); called at the decode decision and in batches, so
     # that the event loop does not carry a second copy (compile time)
@@ -963,7 +973,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
                 q = q_at(queue, wk_i, r, w, i, ip[P_Q])
                 # a request not yet looked up needs its whole prompt so far: an upper bound
                 queued += np.int64(slot_i[r, q, SI_NEED]) - np.int64(slot_i[r, q, SI_DONE])
-            own = isl - usable_hit(ip, cache_overlap(pc, r, w, g, pfx), isl) * bs
+            own = isl - usable_hit(ip, cache_overlap(pc, r, cache_row(ip, w), g, pfx), isl) * bs
             waiting = nq - np.int64(wk_i[r, w, WI_PASS_K]) + 1
             v = rest + prefill_span(fp, queued + own) + fp[F_OVH_PASS] + waiting * fp[F_OVH_REQ]
             best, best_v, ties = pick_least(key, dec, best, best_v, ties, w, v)
@@ -1036,12 +1046,16 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         else:
             # the batch router chooses its prefill workers as the kv router does
             pol = np.int64(POL_KV) if policy == POL_BATCH else policy
+            # a shared cache offers every candidate the same overlap: the costs move by one
+            # constant, which changes no argmin and no softmax (it sees cost differences over
+            # their range), so the choice is made without it
+            pfx_seen = np.int64(0) if prefill_first and ip[P_PSHARE] == 1 else pfx
             w = router_choose(
-                pol, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, rep_f[r, RF_OMEGA], rep_f[r, RF_TAU],
-                ip[P_D], by_tokens,
+                pol, wk_i, pc, rep_i, r, key, lo, k, g, pfx_seen, isl, pblk, bs, rep_f[r, RF_OMEGA],
+                rep_f[r, RF_TAU], ip[P_D], by_tokens,
             )  # fmt: skip
         # the router books what it believes; workers compute against what they really hold
-        seen = cache_seen_overlap(pc, r, w, g, pfx)
+        seen = cache_seen_overlap(pc, r, cache_row(ip, w), g, pfx)
         slot_i[r, s, SI_APT] = isl - seen * bs
         slot_i[r, s, SI_ABP] = pblk - seen
         wk_i[r, w, WI_APT] += isl - seen * bs
@@ -1134,6 +1148,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         q_remove=q_remove,
         prefill_span=prefill_span,
         usable_hit=usable_hit,
+        cache_row=cache_row,
         pass_prefill_ms=pass_prefill_ms,
         step_ms=step_ms,
         quadratic_span=quadratic_span,

@@ -15,7 +15,8 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
   wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
   wk_f  float64 (R, W + 1, NWF) per worker times, indices WF_*
-  pc    int32 (R, W, G + A, 4)  prefix cache (kernels/cache.py). Rows g < G, prefix chains: length
+  pc    int32 (R, W, G + A, 4)  prefix cache (kernels/cache.py), one per worker (with P_PSHARE, the prefill
+                                workers' shared cache is worker 0's). Rows g < G, prefix chains: length
                                 (blocks), LRU stamp, pin count, and the length the router has been
                                 told of (lags by the event delay). Rows G..G+A-1, a FIFO ring of
                                 released runs of unique blocks: blocks, LRU stamp, owner slot (-1
@@ -82,7 +83,9 @@ P_CTL = 37  # 1: the adaptive controller retunes (omega, tau) during the run (ke
 P_CTL_WIN = 38  # controller: first tokens in its sliding window (CW)
 P_CTL_LOG = 39  # controller: switches logged per replica (CS)
 P_BATCH_N = 40  # batch router: decode decisions held before a joint assignment (0: no batch router)
-NP_I = 41
+P_PSHARE = 41  # 1: prefill_first's prefill workers share one cache, a global LRU: worker 0's pc rows and cache
+#                counters (WI_USED, WI_FREE, WI_AH, WI_AN, WI_OLDG), of the pool's P_PKV blocks
+NP_I = 42
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
@@ -99,6 +102,7 @@ POL_POWER_OF_D = 4
 POL_PULL = 5
 POL_ORACLE = 6  # prefill_first: least predicted TTFT from the true state (cluster.py: oracle_*)
 POL_BATCH = 7  # prefill_first: decode decisions held and assigned jointly (kernels/batch.py)
+POL_HASH = 8  # each prefix group has one owner worker, by rendezvous hashing (router.py: hash_owner)
 
 DIST_FIXED = 0
 DIST_UNIFORM = 1

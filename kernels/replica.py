@@ -139,6 +139,7 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
     heap_push = heap.push
     cl_finish = cl.finish
     cl_usable_hit = cl.usable_hit
+    cl_cache_row = cl.cache_row
     cl_grow_to = cl.grow_to
     cl_hand_to_decode = cl.hand_to_decode
     cl_new_request = cl.new_request
@@ -182,8 +183,9 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
                 if prefill_first:
                     pfx = np.int64(slot_i[r, s, SI_PFX])
                     hit = cache_acquire(
-                        pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, w, g, pfx, pblk - pfx, ip[P_G], ip[P_PKV]
-                    )
+                        pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, cl_cache_row(ip, w), g, pfx, pblk - pfx, ip[P_G],
+                        ip[P_PKV],
+                    )  # fmt: skip
                     if hit < 0:
                         break
                     hit = cl_usable_hit(ip, hit, isl)

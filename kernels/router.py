@@ -8,7 +8,8 @@ they happen). Dynamo's cost of worker w for a request of `isl` tokens, `pblk` pr
     tokens_w = APT_w + isl - ov_w * B,  blocks_w = AB_w + pblk - ov_w,
     cost_w = omega * tokens_w / B + blocks_w.
 Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
-no request attribute uses.
+no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
+`cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
 """
 
 import math
@@ -17,6 +18,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    POL_HASH,
     POL_KV,
     POL_POWER_OF_D,
     POL_RANDOM,
@@ -28,6 +30,7 @@ from .layout import (
 )
 
 _B0 = 100
+_HASH_B0 = 1 << 40
 
 
 def build(jit, rng, cache):
@@ -36,16 +39,34 @@ def build(jit, rng, cache):
     overlap = cache.seen_overlap  # the router decides from what it has been told
 
     @jit
-    def cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs):
-        return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(pc, r, w, g, pfx) * bs
+    def cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, bs):
+        return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(pc, r, cw, g, pfx) * bs
 
     @jit
-    def cand_blocks(wk_i, pc, r, w, g, pfx, pblk):
-        return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(pc, r, w, g, pfx)
+    def cand_blocks(wk_i, pc, r, w, cw, g, pfx, pblk):
+        return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(pc, r, cw, g, pfx)
 
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
-        return omega * cand_tokens(wk_i, pc, r, w, g, pfx, isl, bs) / bs + cand_blocks(wk_i, pc, r, w, g, pfx, pblk)
+        return omega * cand_tokens(wk_i, pc, r, w, w, g, pfx, isl, bs) / bs + cand_blocks(
+            wk_i, pc, r, w, w, g, pfx, pblk
+        )
+
+    @jit
+    def hash_owner(key, g, k):
+        """The owner of prefix group g among k workers by rendezvous (highest random weight)
+        hashing: each (group, worker) pair draws a weight, the largest wins. Every group has exactly
+        one owner, and removing a worker moves only the groups it owned (a consistent hash). The
+        weights come from the replica key, so each replica draws its own assignment and the
+        estimates average over assignments rather than describing one."""
+        best = 0
+        best_u = -1.0
+        for i in range(k):
+            u = uniform(key, g, np.int64(_HASH_B0) + i)
+            if u > best_u:
+                best = i
+                best_u = u
+        return best
 
     @jit
     def load_of(wk_i, r, w, by_tokens):
@@ -67,6 +88,8 @@ def build(jit, rng, cache):
             return lo + i
         if policy == POL_RANDOM:
             return lo + rng_below(key, dec, np.int64(_B0), k)
+        if policy == POL_HASH:
+            return lo + hash_owner(key, g, k)
         if policy == POL_KV and tau > 0.0:
             return tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, False)
         # argmin with ties broken uniformly at random (reservoir over the tied set); power_of_d
@@ -192,6 +215,7 @@ def build(jit, rng, cache):
         cand_tokens=cand_tokens,
         cand_blocks=cand_blocks,
         kv_cost=kv_cost,
+        hash_owner=hash_owner,
         choose=choose,
         fewest_blocks=fewest_blocks,
         tempered=tempered,

@@ -116,10 +116,26 @@ class PdGame:
 
 
 @dataclass(frozen=True)
+class CacheGame:
+    """[games.cache]: selfish against coordinated caching over cache capacity x popularity skew
+    (poa_mc.games). Every topology of the grid is simulated at every (capacity, skew) pair."""
+
+    prefill_kv_blocks: tuple[int, ...]  # per prefill worker: the capacity axis
+    zipf_alpha: tuple[float, ...] = (0.0,)  # prefix-group popularity ~ rank^-alpha: the skew axis
+    selfish: str = ""  # the policy whose workers cache selfishly; default [poa].selfish
+    coordinated: tuple[str, ...] = ()  # the coordinated placements; default every other policy
+    social_cost: str = "mean_ttft"  # one of SOCIAL_COSTS
+
+
+@dataclass(frozen=True)
 class Topology:
+    """xP/yD; a caching-game variant also sets the prefill workers' capacity and the skew."""
+
     label: str
     n_prefill: int
     n_decode: int
+    prefill_kv_blocks: int = 0  # 0: cluster.prefill_kv_blocks
+    zipf_alpha: float = -1.0  # < 0: the workload's popularity
 
 
 @dataclass(frozen=True)
@@ -153,6 +169,7 @@ class GridConfig:
     traces: tuple[TraceRef, ...] = field(default=())
     slo: SloSection = field(default_factory=SloSection)
     pd_game: PdGame | None = None
+    cache_game: CacheGame | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved grid as plain JSON-able data (what the manifest stores and fingerprints).
@@ -167,6 +184,11 @@ class GridConfig:
             d.pop("slo")  # a grid without [slo] keeps the fingerprint it had before [slo] existed
         if self.pd_game is None:
             d.pop("pd_game")
+        if self.cache_game is None:
+            d.pop("cache_game")
+            for topo in d["topologies"]:  # plain topologies keep the fingerprint they had
+                topo.pop("prefill_kv_blocks")
+                topo.pop("zipf_alpha")
         for ref in self.traces:
             section, key = ref.key.split(".")
             dist = d[section][key]
@@ -466,7 +488,11 @@ def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec
 
 
 def _parse_grid_axes(
-    doc: dict, arrival: str, flow: str = "prefill_first", pd_game: PdGame | None = None
+    doc: dict,
+    arrival: str,
+    flow: str = "prefill_first",
+    pd_game: PdGame | None = None,
+    cache_game: CacheGame | None = None,
 ) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
     if "grid" not in doc:
         raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
@@ -508,6 +534,13 @@ def _parse_grid_axes(
             raise ConfigError(path, f'"{label}" repeats grid.topology[{seen[key]}]')
         seen[key] = i
         topologies.append(Topology(f"{key[0]}P/{key[1]}D", *key))
+    if cache_game is not None:
+        topologies = [
+            dataclasses.replace(t, label=f"{t.label} kv={c} a={a:g}", prefill_kv_blocks=c, zipf_alpha=a)
+            for t in topologies
+            for c in cache_game.prefill_kv_blocks
+            for a in cache_game.zipf_alpha
+        ]
 
     axis = "concurrency" if arrival == "closed" else "rate"
     other = "rate" if axis == "concurrency" else "concurrency"
@@ -535,6 +568,7 @@ _POLICY_FIELDS = {
     "decode_overlap_weight": (float, 0.0),
     "batch_size": (int, 8),
     "batch_ms": (float, 5.0),
+    "cache": (str, "per_worker"),
 }
 
 _CONTROLLER_FIELDS = {
@@ -643,7 +677,7 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
 
 def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
     games = _table(doc, "games", "games")
-    _check_keys(games, ("pd",), "games")
+    _check_keys(games, ("pd", "cache"), "games")
     if "pd" not in games:
         return None
     from poa_mc.games import POOL_COSTS
@@ -680,6 +714,66 @@ def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
     return game
 
 
+def _parse_cache_game(
+    doc: dict, cluster: ClusterSpec, workload: WorkloadSpec, policies: tuple[PolicySpec, ...], selfish: str
+) -> CacheGame | None:
+    games = _table(doc, "games", "games")
+    if "cache" not in games:
+        return None
+    path = "games.cache"
+    table = dict(_table(games, "cache", path))
+    _check_keys(table, ("prefill_kv_blocks", "zipf_alpha", "selfish", "coordinated", "social_cost"), path)
+    if cluster.flow != "prefill_first":
+        raise ConfigError(path, "is played by the prefill workers' caches: it needs cluster.flow = prefill_first")
+    if "pd" in games:
+        raise ConfigError(path, "[games.pd] and [games.cache] each set the topologies: give them separate grids")
+
+    def read_list(key: str, typ: type, default: tuple) -> tuple:
+        if key not in table:
+            if not default:
+                raise ConfigError(f"{path}.{key}", "required: a list of values to sweep")
+            return default
+        value = table[key]
+        if not isinstance(value, list) or not value:
+            raise ConfigError(f"{path}.{key}", "must be a non-empty list")
+        out = []
+        for i, v in enumerate(value):
+            v = _coerce(v, typ, f"{path}.{key}[{i}]")
+            if v in out:
+                raise ConfigError(f"{path}.{key}[{i}]", f"{v} repeats {path}.{key}[{out.index(v)}]")
+            out.append(v)
+        return tuple(out)
+
+    capacities = read_list("prefill_kv_blocks", int, ())
+    prompt = -(-workload.isl.max_value() // cluster.block_size)
+    for i, c in enumerate(capacities):
+        if c < prompt:
+            raise ConfigError(
+                f"{path}.prefill_kv_blocks[{i}]",
+                f"{c} blocks cannot hold a prompt of up to {workload.isl.max_value()} tokens ({prompt} blocks)",
+            )
+    alphas = read_list("zipf_alpha", float, (0.0,))
+    for i, a in enumerate(alphas):
+        _positive(a, f"{path}.zipf_alpha[{i}]", allow_zero=True)
+    names = [p.name for p in policies]
+    f = _read_fields(
+        {k: table[k] for k in ("selfish", "social_cost") if k in table},
+        {"selfish": (str, selfish), "social_cost": (str, "mean_ttft")},
+        path,
+    )
+    _choice(f["social_cost"], SOCIAL_COSTS, f"{path}.social_cost")
+    if f["selfish"] not in names:
+        raise ConfigError(f"{path}.selfish", f"{f['selfish']!r} names no policy; policies: {', '.join(names)}")
+    coordinated = read_list("coordinated", str, tuple(n for n in names if n != f["selfish"]) or ("",))
+    for i, name in enumerate(coordinated):
+        if name not in names or name == f["selfish"]:
+            raise ConfigError(
+                f"{path}.coordinated[{i}]" if "coordinated" in table else f"{path}.coordinated",
+                f"{name!r} is not a policy other than the selfish one; policies: {', '.join(names)}",
+            )
+    return CacheGame(capacities, alphas, f["selfish"], coordinated, f["social_cost"])
+
+
 def _parse_slo(doc: dict) -> SloSection:
     f = _read_fields(_table(doc, "slo", "slo"), {"ttft_ms": (float, 0.0), "itl_ms": (float, 0.0)}, "slo")
     for key, value in f.items():
@@ -700,9 +794,10 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
     pd_game = _parse_pd_game(doc, cluster.flow)
-    topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow, pd_game)
     policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
+    cache_game = _parse_cache_game(doc, cluster, workload, policies, poa.selfish)
+    topologies, axis, loads = _parse_grid_axes(doc, arrival, cluster.flow, pd_game, cache_game)
     if poa.window > run.requests:
         raise ConfigError(
             "poa.window", f"{poa.window:,} decisions exceed the {run.requests:,} measured requests of a replica"
@@ -715,8 +810,9 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
         elif pd_game.policy not in names:
             raise ConfigError("games.pd.policy", f"{pd_game.policy!r} names no policy; policies: {', '.join(names)}")
     grid = GridConfig(
-        run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces, slo, pd_game
-    )
+        run, profile, workload, cluster, topologies, axis, loads, policies, poa, source, traces, slo, pd_game,
+        cache_game,
+    )  # fmt: skip
     grid.cells()  # runs CellSpec.validate() on every cell; raises ConfigError with a grid key path
     return grid
 

@@ -199,3 +199,38 @@ def print_pd_game(game: Any, stream: TextIO | None = None) -> None:
     file = stream if stream is not None else sys.stdout
     width = None if getattr(file, "isatty", lambda: False)() else 160
     Console(file=file, highlight=False, width=width).print(table)
+
+
+def print_cache_game(game: Any, stream: TextIO | None = None) -> None:
+    """Per (topology, load, capacity, skew): PoA_KV against the best coordinated placement, with
+    its interval, and every placement's prefix hit rate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    load = "concurrency" if "concurrency" in game.columns else "rate"
+    policies = game.select("policy").unique(maintain_order=True)["policy"].to_list()
+    table = Table(
+        title=f"caching game: PoA_KV = {policies[0]} / best coordinated, social cost {game['social_cost_kind'][0]}",
+        header_style="bold",
+    )
+    for name in ("topology", "C" if load == "concurrency" else "rate", "kv/worker", "working set", "zipf a",
+                 "PoA_KV", "best", *(f"hit {p}" for p in policies)):  # fmt: skip
+        table.add_column(name, justify="left" if name == "topology" else "right", no_wrap=True)
+    keys = ["topology", load]
+    for _, d in game.group_by(keys, maintain_order=True):
+        r = d.row(0, named=True)
+        hits = dict(zip(d["policy"].to_list(), d["hit_rate"].to_list()))
+        value = r[load]
+        table.add_row(
+            r["topology"].split(" ")[0],
+            f"{value:g}" if isinstance(value, float) else str(value),
+            str(r["prefill_kv_blocks"]),
+            str(r["working_set_blocks"]) if r["working_set_blocks"] >= 0 else "?",
+            f"{r['zipf_alpha']:g}",
+            _interval(r["poa_kv"], r["poa_kv_lo"], r["poa_kv_hi"]),
+            r["best_coordinated"],
+            *(f"{hits.get(p, math.nan):.3f}" for p in policies),
+        )
+    file = stream if stream is not None else sys.stdout
+    width = None if getattr(file, "isatty", lambda: False)() else 160
+    Console(file=file, highlight=False, width=width).print(table)

@@ -75,6 +75,7 @@ _POLICY = {
     "adaptive": L.POL_KV,  # the kv router, its settings retuned by the controller
     "oracle": L.POL_ORACLE,
     "batch": L.POL_BATCH,
+    "hash": L.POL_HASH,
 }
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 _PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
@@ -178,6 +179,9 @@ def pack_params(
     ip[L.P_FLOW] = _FLOW[c.flow]
     ip[L.P_B] = c.block_size
     ip[L.P_PKV] = c.prefill_kv_blocks
+    if pol.cache == "global":
+        ip[L.P_PSHARE] = 1
+        ip[L.P_PKV] = c.prefill_kv_blocks * n_p  # one LRU over the pool's blocks
     ip[L.P_DKV] = c.decode_kv_blocks
     ip[L.P_BUDGET] = c.token_budget
     ip[L.P_MAXSEQ] = c.max_seqs

@@ -210,6 +210,39 @@ class Counterfactual:
     cost_best: float
 
 
+def ratio_to_best(
+    selfish: np.ndarray, rivals: dict[str, np.ndarray], level: float = 0.95
+) -> tuple[float, float, float, str]:
+    """(rho, lo, hi, best): rho = mean(selfish) / min_p mean(rivals[p]) on common streams.
+
+    Replica i of every array saw the same requests. rho = max_p rho_p, rho_p = mu_s / mu_p. For
+    each rival a paired delta-method t-interval for log rho_p (standard error from the per-replica
+    residuals x_s,i / mean_s - x_p,i / mean_p, so the common streams cancel), each at level
+    1 - (1 - level) / m for m rivals (Bonferroni); rho is increasing in every rho_p, so
+    [max_p L_p, max_p U_p] covers it with probability >= `level` (up to the delta approximation),
+    whichever rival is best and however close the ties. Not clamped: rho < 1 when a rival is
+    worse than the selfish policy. Bounds are NaN with fewer than 2 replicas, non-finite costs or
+    non-positive means; all four are NaN/"" without rivals or replicas.
+    """
+    names = list(rivals)
+    s = np.asarray(selfish, dtype=np.float64)
+    if not names or s.size == 0:
+        return math.nan, math.nan, math.nan, ""
+    mat = np.stack([np.asarray(rivals[p], dtype=np.float64) for p in names])  # (P, R)
+    mean_s, means = float(s.mean()), mat.mean(axis=1)
+    b = int(np.argmin(means))
+    rho = _safe_ratio(mean_s, float(means[b]))
+    n = s.size
+    if n < 2 or not (np.isfinite(mat).all() and np.isfinite(s).all()) or mean_s <= 0 or not (means > 0).all():
+        return rho, math.nan, math.nan, names[b]
+    t = float(stats.t.ppf(1.0 - (1.0 - level) / len(names) / 2.0, n - 1))
+    log_ratio = math.log(mean_s) - np.log(means)
+    se = (s / mean_s - mat / means[:, None]).std(axis=1, ddof=1) / math.sqrt(n)
+    lo = _exp_or_inf(float(np.max(log_ratio - t * se)))
+    hi = _exp_or_inf(float(np.max(log_ratio + t * se)))
+    return rho, lo, hi, names[b]
+
+
 def counterfactual_poa(
     costs: dict[str, np.ndarray],
     selfish: str,
@@ -227,14 +260,11 @@ def counterfactual_poa(
     Point estimate: the plug-in mean_s / min_p mean_p. It is >= 1 by definition and biased upward
     when policies are near-tied (the smallest of several noisy means is too small on average).
 
-    Interval: for each other policy p, a paired delta-method t-interval for log rho_p (standard
-    error from the per-replica residuals x_s,i / mean_s - x_p,i / mean_p, so the common streams
-    cancel), each at level 1 - (1 - level) / m with m = number of other policies (Bonferroni), so
-    all m intervals hold together with probability >= `level`. theta is increasing in every rho_p,
-    so [max(1, max_p L_p), max(1, max_p U_p)] then covers theta with probability >= `level` (up to
-    the delta approximation), whichever policy is best and however close the ties; it always
-    contains the point estimate. It is conservative near ties (by design: re-picking the minimum
-    inside a bootstrap copied the selection bias and covered 68% there).
+    Interval: ratio_to_best's simultaneous interval for max_p rho_p, mapped through max(1, .):
+    [max(1, max_p L_p), max(1, max_p U_p)] covers theta with probability >= `level`, whichever
+    policy is best and however close the ties; it always contains the point estimate. It is
+    conservative near ties (by design: re-picking the minimum inside a bootstrap copied the
+    selection bias and covered 68% there).
 
     Bounds are NaN with fewer than 2 replicas, non-finite costs or non-positive means. `rng` and
     `n_boot` are accepted for compatibility and unused (the interval is analytic).
@@ -248,19 +278,13 @@ def counterfactual_poa(
     means = mat.mean(axis=1)
     b = int(np.argmin(means))
     poa = _safe_ratio(means[s], means[b])
-    lo = hi = math.nan
-    n = mat.shape[1]
-    rivals = [p for p in range(len(names)) if p != s]
+    rivals = {p: mat[i] for i, p in enumerate(names) if i != s}
     if not rivals:
         lo = hi = 1.0  # the selfish policy is the only one: theta = 1 exactly
-    elif n >= 2 and np.isfinite(mat).all() and (means > 0).all():
-        alpha = (1.0 - level) / len(rivals)
-        t = float(stats.t.ppf(1.0 - alpha / 2.0, n - 1))
-        rel = mat / means[:, None]  # x_p,i / mean_p: the delta method's influence terms of log mean_p
-        log_ratio = np.log(means[s]) - np.log(means[rivals])
-        se = (rel[s] - rel[rivals]).std(axis=1, ddof=1) / math.sqrt(n)
-        lo = max(1.0, _exp_or_inf(float(np.max(log_ratio - t * se))))
-        hi = max(1.0, _exp_or_inf(float(np.max(log_ratio + t * se))))
+    else:
+        _, lo, hi, _ = ratio_to_best(mat[s], rivals, level)
+        if math.isfinite(lo):
+            lo, hi = max(1.0, lo), max(1.0, hi)
     return Counterfactual(poa, lo, hi, names[b], float(means[s]), float(means[b]))
 
 

@@ -235,3 +235,85 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
                 }
             )
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Game 2: selfish against coordinated caching
+
+
+def working_set_blocks(spec: dict) -> int:
+    """Blocks of every prefix group's shared prefix at the longest prompt: what a cache must hold
+    to hit every shared prefix (the unique rest of each prompt can never be hit by another);
+    -1 when the longest prompt is not stored (a long empirical length list)."""
+    w, c = spec["workload"], spec["cluster"]
+    isl = w["isl"]
+    if isl["kind"] == "empirical":
+        if not isinstance(isl["values"], list):
+            return -1  # a long trace's lengths are stored as their count and digest: unknown here
+        longest = max(isl["values"])
+    else:
+        longest = isl[{"fixed": "value", "uniform": "high", "lognormal": "cap"}[isl["kind"]]]
+    return int(w["prefix_groups"]) * (math.floor(float(w["prefix_ratio"]) * int(longest)) // int(c["block_size"]))
+
+
+def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float], game: dict):  # noqa: ANN001, ANN201
+    """cache_game.parquet: per (topology, capacity, skew, load) point, one row per policy of the game
+    (the selfish one first) with its social cost and hit rate, PoA_KV against it (selfish cost over
+    its cost, paired over replicas: every policy of a point saw the same requests) and the point's
+    PoA_KV against the best coordinated placement, each with a 95% interval (ratio_to_best).
+
+    `cells`: cells.parquet rows; `costs[cell_id]`: one social cost per replica (`game["social_cost"]`
+    kind); `hits[cell_id]`: the cell's prefix hit rate. Points with a policy missing are skipped."""
+    import json as _json
+
+    import polars as pl
+
+    from poa_mc.estimators import ratio_to_best, t_interval
+
+    selfish, coordinated = game["selfish"], list(game["coordinated"])
+    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
+    rows = []
+    for _, group in cells.sort("index").group_by(["point"], maintain_order=True):
+        by_policy = {c["policy"]: c for c in group.to_dicts()}
+        names = [selfish, *coordinated]
+        if not all(p in by_policy and by_policy[p]["cell_id"] in costs for p in names):
+            continue
+        s_cost = costs[by_policy[selfish]["cell_id"]]
+        best = ratio_to_best(s_cost, {p: costs[by_policy[p]["cell_id"]] for p in coordinated})
+        first = by_policy[selfish]
+        spec = _json.loads(first["spec_json"])
+        kv = int(spec["cluster"]["prefill_kv_blocks"])
+        wl = spec["workload"]
+        alpha = float(wl["zipf_alpha"]) if wl["popularity"] == "zipf" else 0.0
+        for p in names:
+            cell = by_policy[p]
+            x = costs[cell["cell_id"]]
+            est = t_interval(x)
+            vs = (1.0, 1.0, 1.0) if p == selfish else ratio_to_best(s_cost, {p: x})[:3]
+            rows.append(
+                {
+                    "topology": cell["topology"],
+                    "n_prefill": cell["n_prefill"],
+                    "n_decode": cell["n_decode"],
+                    load_col: cell[load_col],
+                    "prefill_kv_blocks": kv,
+                    "pool_kv_blocks": kv * int(cell["n_prefill"]),
+                    "zipf_alpha": alpha,
+                    "working_set_blocks": working_set_blocks(spec),
+                    "policy": p,
+                    "role": "selfish" if p == selfish else "coordinated",
+                    "social_cost": est.value,
+                    "social_cost_lo": est.lo,
+                    "social_cost_hi": est.hi,
+                    "hit_rate": hits.get(cell["cell_id"], math.nan),
+                    "poa_kv_vs": vs[0],
+                    "poa_kv_vs_lo": vs[1],
+                    "poa_kv_vs_hi": vs[2],
+                    "poa_kv": best[0],
+                    "poa_kv_lo": best[1],
+                    "poa_kv_hi": best[2],
+                    "best_coordinated": best[3],
+                    "social_cost_kind": game["social_cost"],
+                }
+            )
+    return pl.DataFrame(rows, infer_schema_length=None)

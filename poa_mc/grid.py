@@ -81,12 +81,17 @@ def expand(grid: GridConfig) -> list[Cell]:
     point = 0
     for ti, topo in enumerate(grid.topologies):
         cluster = dataclasses.replace(grid.cluster, n_prefill=topo.n_prefill, n_decode=topo.n_decode)
+        base = grid.workload
+        if topo.prefill_kv_blocks > 0:
+            cluster = dataclasses.replace(cluster, prefill_kv_blocks=topo.prefill_kv_blocks)
+        if topo.zipf_alpha >= 0:
+            base = dataclasses.replace(base, popularity="zipf", zipf_alpha=topo.zipf_alpha)
         for li, load in enumerate(grid.loads):
             if grid.load_axis == "concurrency":
-                workload = dataclasses.replace(grid.workload, concurrency=int(load), rate_rps=0.0)
+                workload = dataclasses.replace(base, concurrency=int(load), rate_rps=0.0)
                 conc, rate = int(load), None
             else:
-                workload = dataclasses.replace(grid.workload, rate_rps=float(load))
+                workload = dataclasses.replace(base, rate_rps=float(load))
                 conc, rate = None, float(load)
             stream = point_stream(topo.n_prefill, topo.n_decode, grid.load_axis, load)
             for pi, policy in enumerate(grid.policies):

@@ -780,6 +780,69 @@ def pd_game_figure(game: pl.DataFrame) -> Figure:
     return fig
 
 
+def _fraction(v: float) -> str:
+    """1/16, 1/4, 1, 4: a capacity ratio as people write it."""
+    if v < 1 and abs(1 / v - round(1 / v)) < 1e-9:
+        return f"1/{round(1 / v)}"
+    return f"{v:.3g}"
+
+
+def cache_game_figure(game: pl.DataFrame) -> Figure:
+    """Game 2: PoA_KV (selfish over the best coordinated placement) against each worker's cache
+    capacity as a multiple of the working set, one line per popularity skew, one panel per
+    (topology, load); below, each placement's prefix hit rate. 95% intervals as bands."""
+    load = "concurrency" if "concurrency" in game.columns else "rate"
+    game = game.with_columns(base=pl.col("topology").str.split(" ").list.first())
+    panels = game.select("base", load).unique(maintain_order=True).rows()
+    from matplotlib import colormaps, ticker
+
+    n = len(panels)
+    fig, flat = _figure(2, n, (_PANEL[0], 3.7), sharex=True)
+    axes = np.array(flat, dtype=object).reshape(2, n)
+    alphas = sorted(game["zipf_alpha"].unique().to_list())
+    colours = colormaps["viridis"](np.linspace(0.0, 0.85, max(len(alphas), 1)))
+    styles = {"selfish": "-", "coordinated": "--"}
+    policies = game.select("policy", "role").unique(maintain_order=True).rows()
+    markers = dict(zip([p for p, _ in policies], "osD^vP*X"))
+    for j, (base, value) in enumerate(panels):
+        d = game.filter((pl.col("base") == base) & (pl.col(load) == value))
+        top, bottom = axes[0, j], axes[1, j]
+        for colour, alpha in zip(colours, alphas):
+            e = d.filter(pl.col("zipf_alpha") == alpha).sort("prefill_kv_blocks")
+            first = e.filter(pl.col("role") == "selfish")
+            ws = _floats(first["working_set_blocks"])
+            x = _floats(first["prefill_kv_blocks"]) / np.where(ws > 0, ws, np.nan)
+            y, lo, hi = (_floats(first[c]) for c in ("poa_kv", "poa_kv_lo", "poa_kv_hi"))
+            top.plot(x, y, color=colour, marker="o", ms=4, label=f"zipf alpha {alpha:g}")
+            if np.isfinite(lo).any():
+                top.fill_between(x, lo, hi, color=colour, alpha=0.18, lw=0)
+            for policy, role in policies:
+                f = e.filter(pl.col("policy") == policy)
+                bottom.plot(x, _floats(f["hit_rate"]), color=colour, ls=styles[role], marker=markers[policy], ms=4,
+                            label=f"{policy}, alpha {alpha:g}")  # fmt: skip
+        top.axhline(1.0, color="grey", lw=1, ls=":")
+        top.set_title(f"{base}, {'C' if load == 'concurrency' else 'rate'}={value:g}", fontsize=10)
+        top.grid(True, alpha=0.3)
+        bottom.grid(True, alpha=0.3)
+        bottom.set_xscale("log")
+        bottom.axvline(1.0, color="grey", lw=1, ls=":")
+        top.axvline(1.0, color="grey", lw=1, ls=":")
+        bottom.set_xlabel("cache per worker / working set")
+        ratios = sorted({float(v) for v in (_floats(d["prefill_kv_blocks"]) / _floats(d["working_set_blocks"]))
+                         if math.isfinite(v) and v > 0})  # fmt: skip
+        if ratios:
+            bottom.set_xticks(ratios, [_fraction(v) for v in ratios])
+            bottom.xaxis.set_minor_locator(ticker.NullLocator())
+    axes[0, 0].set_ylabel("PoA_KV = selfish / best coordinated")
+    axes[1, 0].set_ylabel("prefix hit rate")
+    kind = game["social_cost_kind"][0]
+    fig.suptitle(f"Caching game: selfish against coordinated caches (social cost {kind}, 95% bands)")
+    _legend_below(fig, list(axes[1]), ncol=4)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    axes[0, 0].legend(handles, labels, fontsize=8, frameon=False)
+    return fig
+
+
 def plot_run(root: str | Path) -> list[Path]:
     """Draw every figure of a reduced run into DIR/plots/; returns the paths written."""
     run_dir = RunDir(root)
@@ -799,6 +862,10 @@ def plot_run(root: str | Path) -> list[Path]:
         game = pl.read_parquet(run_dir.pd_game_path)
         if game.height:
             out.append(_save(pd_game_figure(game), run_dir.plots_dir / "pd_game.png"))
+    if run_dir.cache_game_path.exists():
+        game = pl.read_parquet(run_dir.cache_game_path)
+        if game.height:
+            out.append(_save(cache_game_figure(game), run_dir.plots_dir / "cache_game.png"))
     found = _samples_and_cells(run_dir.root)
     if found is not None:
         samples, cells, manifest = found

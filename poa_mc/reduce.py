@@ -319,6 +319,18 @@ def reduce_run(
         from poa_mc.games import pd_game_frame
 
         atomic_write_parquet(pd_game_frame(summary, game), run_dir.pd_game_path)
+    cache = manifest["grid"].get("cache_game")
+    if cache and summary.height:
+        from poa_mc.games import cache_game_frame
+
+        kind = cache["social_cost"]
+        frame = cache_game_frame(
+            cells,
+            {i: st.social[kind] for i, st in stats.items()},
+            {i: st.row["hit_rate"] for i, st in stats.items()},
+            cache,
+        )
+        atomic_write_parquet(frame, run_dir.cache_game_path)
     run_dir.finalize_manifest()
     return summary, poa_df
 

@@ -11,7 +11,19 @@ from dataclasses import dataclass, field
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 DECODE_ADMISSIONS = ("fcfs", "replay")
-POLICY_KINDS = ("kv", "round_robin", "random", "least_loaded", "power_of_d", "pull", "adaptive", "oracle", "batch")
+POLICY_KINDS = (
+    "kv",
+    "round_robin",
+    "random",
+    "least_loaded",
+    "power_of_d",
+    "pull",
+    "adaptive",
+    "oracle",
+    "batch",
+    "hash",
+)
+CACHES = ("per_worker", "global")  # PolicySpec.cache
 BATCH_MAX = 64  # held decode decisions a batch router assigns at once (its kernel scratch grows with it)
 REGIMES = ("below", "transition", "saturated")
 THRESHOLD_UNITS = ("ms", "baseline")
@@ -239,7 +251,10 @@ class PolicySpec:
     as Dynamo does, with `decode_overlap_weight`), the decode worker in decode_first and
     aggregated. `adaptive` is the kv router retuned by `controller` during the run; `batch` holds
     the decode decisions of prefill_first (up to batch_size, or batch_ms after the first) and
-    assigns them jointly."""
+    assigns them jointly; `hash` sends each prefix group to its one owner worker (rendezvous
+    hashing: no prefix is cached twice). `cache = "global"` makes the prefill workers of
+    prefill_first share one LRU over their pooled blocks (the coordinated cache of the caching
+    game, docs/games.md) instead of each keeping its own."""
 
     name: str = "dynamo-default"
     kind: str = "kv"
@@ -250,10 +265,13 @@ class PolicySpec:
     controller: ControllerSpec = field(default_factory=ControllerSpec)
     batch_size: int = 8
     batch_ms: float = 5.0
+    cache: str = "per_worker"
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
             raise SpecError(f"{path}.kind", f"must be one of {', '.join(POLICY_KINDS)}, got {self.kind!r}")
+        if self.cache not in CACHES:
+            raise SpecError(f"{path}.cache", f"must be one of {', '.join(CACHES)}, got {self.cache!r}")
         if not self.overlap_weight >= 0:
             raise SpecError(f"{path}.overlap_weight", f"must be >= 0, got {self.overlap_weight}")
         if not self.temperature >= 0:
@@ -389,6 +407,10 @@ class CellSpec:
         if self.policy.kind in ("oracle", "batch") and c.flow != "prefill_first":
             raise SpecError(
                 "policy.kind", f"{self.policy.kind} models the prefill_first path: it needs flow = prefill_first"
+            )
+        if self.policy.cache == "global" and c.flow != "prefill_first":
+            raise SpecError(
+                "policy.cache", "global pools the prefill workers' caches: it needs cluster.flow = prefill_first"
             )
         if self.policy.kind == "power_of_d" and self.policy.d > self._n_candidates():
             raise SpecError("policy.d", f"d={self.policy.d} exceeds the {self._n_candidates()} candidate workers")

@@ -134,6 +134,7 @@ class RunDir:
     summary_path = property(lambda self: self.root / "summary.parquet")
     poa_path = property(lambda self: self.root / "poa.parquet")
     pd_game_path = property(lambda self: self.root / "pd_game.parquet")
+    cache_game_path = property(lambda self: self.root / "cache_game.parquet")
     plots_dir = property(lambda self: self.root / "plots")
 
     def sample_path(self, cell_id: str) -> Path:

@@ -124,6 +124,47 @@ def test_mocker_lockstep_ttft_at_c8():
     assert min(abs(p50 - 58), abs(p50 - 96)) < 10, p50
 
 
+def test_hash_policy_sends_each_group_to_one_worker_and_is_consistent():
+    spec = replace(cell(n_p=4, n_d=2, policy="hash", prefix_groups=12), cluster=ClusterSpec(n_prefill=4, n_decode=2))
+    res = simulate(spec, **RUN)
+    groups, workers = res.samples["group"], res.samples["prefill_worker"]
+    owners = []
+    for r in range(groups.shape[0]):
+        owner = {}
+        for g, w in zip(groups[r], workers[r]):
+            assert owner.setdefault(int(g), int(w)) == int(w)  # no prefix is cached on two workers
+        owners.append(owner)
+    assert owners[0] != owners[1]  # each replica draws its own assignment
+    # rendezvous hashing: dropping the last worker moves only the groups it owned
+    from poa_mc.kernels import cpu
+
+    owner_of = cpu._K.router.hash_owner
+    key = np.uint64(cpu._K.rng.replica_key(1, 2, 3))  # uint64, the kernels' key type (an int64 would add a signature)
+    for g in range(40):
+        a, b = owner_of(key, g, 4), owner_of(key, g, 3)
+        assert a == b or a == 3
+
+
+def test_global_cache_of_one_prefill_worker_is_its_own_cache():
+    spec = cell(n_p=1, n_d=2, prefix_groups=6)
+    spec = replace(spec, cluster=replace(spec.cluster, prefill_kv_blocks=40))  # evicting
+    own = simulate(spec, **RUN)
+    pooled = simulate(replace(spec, policy=PolicySpec(kind="kv", cache="global")), **RUN)
+    for k in own.samples:
+        assert np.array_equal(own.samples[k], pooled.samples[k]), k
+
+
+def test_global_cache_pools_the_prefill_workers_blocks():
+    # 4 workers of 40 blocks: 6 groups of 8 shared blocks do not fit in one worker beside the
+    # prompts in flight, but fit in the pool of 160, so the pooled cache hits more
+    spec = cell(n_p=4, n_d=2, prefix_groups=6, concurrency=24)
+    spec = replace(spec, cluster=replace(spec.cluster, prefill_kv_blocks=40))
+    own = simulate(spec, **RUN).samples
+    pooled = simulate(replace(spec, policy=PolicySpec(kind="kv", cache="global")), **RUN).samples
+    assert pooled["cached_blocks"].sum() > 1.2 * own["cached_blocks"].sum()
+    assert pooled["cached_blocks"].max() <= 8
+
+
 def test_cuda_target_matches_cpu_under_simulator(tmp_path):
     script = textwrap.dedent("""
         import warnings, numpy as np
@@ -140,12 +181,14 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "oracle", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "adaptive", 0.0, 60, 0.0, 0.0, 30),
                  ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12),
-                 ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30)]
+                 ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30),
+                 ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
+                 ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
-                "batch": dict(batch_size=3, batch_ms=2.0)}
+                "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global")}
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer),

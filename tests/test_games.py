@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from poa_mc.config import ConfigError, loads_grid
-from poa_mc.games import best_response, pd_moves, ratio_of_independent, splits
+from poa_mc.games import best_response, cache_game_frame, pd_moves, ratio_of_independent, splits, working_set_blocks
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -76,7 +76,7 @@ def test_games_pd_table_sets_the_topologies_and_is_validated():
     assert err(PD + 'prefill_cost = "latency"\n') == "games.pd.prefill_cost"
     assert err(PD + 'policy = "nobody"\n') == "games.pd.policy"
     assert err(PD.replace("gpu_budget = 8\n", "")) == "games.pd.gpu_budget"
-    assert err(PD.replace("[games.pd]", "[games.cache]")) == "games.cache"
+    assert err(PD.replace("[games.pd]", "[games.cache]")) == "games.cache.gpu_budget"
 
 
 def test_a_pd_game_run_writes_its_table_plot_and_summary(tmp_path):
@@ -116,3 +116,166 @@ def test_a_benefit_as_social_cost_is_maximised(tmp_path):
         assert d["poa_pd"][0] == pytest.approx(
             worst_eq * goodput.max()
         )  # = goodput at the optimum / at the equilibrium
+
+
+# ---- Game 2: the caching game
+
+CACHE = (
+    SMALL.replace('topology = ["1P/2D", "1P/3D"]', 'topology = ["2P/2D"]')
+    .replace('flow = "decode_first"', 'flow = "prefill_first"')
+    .replace('name = "rr"\nkind = "round_robin"', 'name = "global"\nkind = "kv"\ncache = "global"')
+    + '\n[[policy]]\nname = "hash"\nkind = "hash"\n'
+    + "\n[games.cache]\nprefill_kv_blocks = [8, 64]\nzipf_alpha = [0.0, 1.1]\n"
+)
+
+
+def test_games_cache_table_sweeps_capacity_and_skew_and_is_validated():
+    grid = loads_grid(CACHE)
+    assert [t.label for t in grid.topologies] == [
+        "2P/2D kv=8 a=0", "2P/2D kv=8 a=1.1", "2P/2D kv=64 a=0", "2P/2D kv=64 a=1.1",
+    ]  # fmt: skip
+    game = grid.cache_game
+    assert game.selfish == "greedy" and game.coordinated == ("global", "hash") and game.social_cost == "mean_ttft"
+    cells = grid.cells()
+    assert {c.spec.cluster.prefill_kv_blocks for c in cells} == {8, 64}
+    assert {(c.spec.workload.popularity, c.spec.workload.zipf_alpha) for c in cells} == {("zipf", 0.0), ("zipf", 1.1)}
+    # the policies of a point share its streams (common random numbers), and so do the variants
+    assert len({c.stream for c in cells if c.concurrency == 4}) == 1
+    assert "cache_game" not in loads_grid(SMALL).to_dict()
+    assert "prefill_kv_blocks" not in loads_grid(SMALL).to_dict()["topologies"][0]  # fingerprints kept
+
+    def err(text: str) -> str:
+        with pytest.raises(ConfigError) as e:
+            loads_grid(text)
+        return e.value.path
+
+    # a 512-token prompt takes 8 blocks
+    assert err(CACHE.replace("[8, 64]", "[7, 64]")) == "games.cache.prefill_kv_blocks[0]"
+    assert err(CACHE.replace("[8, 64]", "[8, 8]")) == "games.cache.prefill_kv_blocks[1]"
+    assert err(CACHE.replace("prefill_kv_blocks = [8, 64]\n", "")) == "games.cache.prefill_kv_blocks"
+    assert err(CACHE.replace("[0.0, 1.1]", "[-1.0]")) == "games.cache.zipf_alpha[0]"
+    assert err(CACHE + 'coordinated = ["greedy"]\n') == "games.cache.coordinated[0]"
+    assert err(CACHE + 'selfish = "nobody"\n') == "games.cache.selfish"
+    assert err(CACHE + 'social_cost = "latency"\n') == "games.cache.social_cost"
+    assert err(CACHE.replace('flow = "prefill_first"', 'flow = "decode_first"')) == "games.cache"
+    assert err(CACHE + "\n[games.pd]\ngpu_budget = 8\n") == "games.cache"
+    assert err(CACHE.replace('cache = "global"', 'cache = "pooled"')) == "policy[1].cache"
+
+
+def test_global_cache_needs_the_prefill_first_path():
+    text = SMALL.replace('name = "rr"\nkind = "round_robin"', 'name = "rr"\nkind = "kv"\ncache = "global"')
+    with pytest.raises(ConfigError) as e:
+        loads_grid(text)  # decode_first
+    assert e.value.path == "policy[1].cache"
+
+
+def _cells_frame(points: list[tuple[int, int, float, list[str]]]) -> pl.DataFrame:
+    """cells.parquet rows for cache_game_frame: (point, kv blocks, alpha, policies)."""
+    import json
+
+    rows = []
+    for point, kv, alpha, policies in points:
+        spec = {
+            "cluster": {"prefill_kv_blocks": kv, "block_size": 64},
+            "workload": {"isl": {"kind": "fixed", "value": 1024}, "prefix_groups": 8, "prefix_ratio": 0.5,
+                         "popularity": "zipf", "zipf_alpha": alpha},
+        }  # fmt: skip
+        for p in policies:
+            rows.append({"cell_id": f"{point}-{p}", "index": len(rows), "point": point, "topology": f"2P/2D kv={kv}",
+                         "n_prefill": 2, "n_decode": 2, "load_axis": "concurrency", "concurrency": 16, "rate": None,
+                         "policy": p, "spec_json": json.dumps(spec)})  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def test_cache_game_frame_on_a_synthetic_table():
+    rng = np.random.default_rng(4)
+    base = rng.uniform(50, 150, size=40)  # common streams: every policy's replica i saw the same requests
+    costs = {"0-selfish": 1.5 * base, "0-hash": 2.0 * base, "0-global": 1.2 * base + rng.normal(0, 0.5, 40),
+             "1-selfish": base, "1-hash": base}  # point 1 lacks its global cell: skipped  # fmt: skip
+    cells = _cells_frame([(0, 64, 0.0, ["selfish", "hash", "global"]), (1, 256, 1.0, ["selfish", "hash"])])
+    game = {"selfish": "selfish", "coordinated": ["hash", "global"], "social_cost": "mean_ttft"}
+    frame = cache_game_frame(cells, costs, dict.fromkeys(costs, 0.5), game)
+    assert frame["policy"].to_list() == ["selfish", "hash", "global"]
+    assert frame["role"].to_list() == ["selfish", "coordinated", "coordinated"]
+    r = frame.row(0, named=True)
+    assert r["poa_kv"] == pytest.approx(1.5 * base.mean() / costs["0-global"].mean())
+    assert r["best_coordinated"] == "global" and r["poa_kv_lo"] < r["poa_kv"] < r["poa_kv_hi"]
+    assert r["working_set_blocks"] == 8 * 8 and r["pool_kv_blocks"] == 128
+    hash_row = frame.row(1, named=True)
+    assert hash_row["poa_kv_vs"] == pytest.approx(0.75)  # selfish is better than hashing here: PoA_KV < 1
+    assert hash_row["poa_kv_vs_lo"] == pytest.approx(0.75) == hash_row["poa_kv_vs_hi"]  # exactly proportional
+
+
+def test_working_set_counts_every_groups_shared_prefix_at_the_longest_prompt():
+    spec = {"cluster": {"block_size": 64}, "workload": {"isl": {"kind": "uniform", "low": 100, "high": 4096},
+            "prefix_groups": 32, "prefix_ratio": 0.75}}  # fmt: skip
+    assert working_set_blocks(spec) == 32 * 48
+    spec["workload"]["isl"] = {"kind": "empirical", "values": {"count": 10**6, "sha256": "x"}}
+    assert working_set_blocks(spec) == -1
+
+
+def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
+    # fixed prompts: a worker's chain of a group is whole after its first request, and with ample
+    # blocks and a long warm-up every worker holds every group before anything is measured, so
+    # the selfish caches hit exactly what the pooled one does and PoA_KV's interval covers 1
+    from poa_mc.engine import simulate
+    from poa_mc.estimators import ratio_to_best
+    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+    def cell(cache: str) -> CellSpec:
+        return CellSpec(
+            cluster=ClusterSpec(n_prefill=3, n_decode=2),
+            workload=WorkloadSpec(
+                isl=Dist("fixed", 1536),
+                osl=Dist("uniform", low=4, high=24),
+                prefix_groups=8,
+                prefix_ratio=0.5,
+                concurrency=48,
+            ),  # fmt: skip
+            policy=PolicySpec(kind="kv", cache=cache),
+        )
+
+    kw = dict(replicas=24, requests=300, warmup=300, seed=3, stream=1)
+    selfish, pooled = simulate(cell("per_worker"), **kw).samples, simulate(cell("global"), **kw).samples
+    usable = 1536 // 64 // 2  # the shared prefix: half the prompt
+    assert pooled["cached_blocks"].sum() == usable * pooled["cached_blocks"].size
+    assert selfish["cached_blocks"].sum() >= 0.999 * usable * selfish["cached_blocks"].size
+    rho, lo, hi, _ = ratio_to_best(selfish["ttft_ms"].mean(axis=1), {"global": pooled["ttft_ms"].mean(axis=1)})
+    assert lo < 1.0 < hi and hi - lo < 0.02, (rho, lo, hi)
+
+
+def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
+    from poa_mc.cli.main import main
+
+    from poa_mc.runner import run_grid
+
+    out = tmp_path / "run"
+    report = run_grid(loads_grid(CACHE), out=out, simulate=fake_engine.simulate, quiet=True)
+    assert report.reduced and (out / "plots" / "cache_game.png").exists()
+    game = pl.read_parquet(out / "cache_game.parquet")
+    assert game.height == 2 * 2 * 2 * 3  # capacities x skews x loads x the game's policies
+    summary = pl.read_parquet(out / "summary.parquet")
+    for _, d in game.group_by(["topology", "concurrency"]):
+        assert d["policy"].to_list() == ["greedy", "global", "hash"]
+        costs = dict(zip(d["policy"], d["social_cost"]))
+        best = min(costs["global"], costs["hash"])
+        assert d["poa_kv"][0] == pytest.approx(costs["greedy"] / best)
+        assert d["best_coordinated"][0] == min(("global", "hash"), key=costs.get)
+        hits = summary.filter((pl.col("topology") == d["topology"][0]) & (pl.col("concurrency") == d["concurrency"][0]))
+        assert sorted(hits["hit_rate"].to_list()) == sorted(d["hit_rate"].to_list())
+    r = CliRunner().invoke(main, ["games", str(out)])
+    assert r.exit_code == 0 and "caching game" in r.output and "PoA_KV" in r.output
+    r = CliRunner().invoke(main, ["games", str(tmp_path)])
+    assert r.exit_code == 2 and "no manifest.json" in r.output
+
+
+def test_game_presets_load():
+    from poa_mc.cli.main import builtin_grids
+
+    from poa_mc.config import load_grid
+
+    cache = load_grid(builtin_grids()["cache-game"])
+    assert cache.cache_game.coordinated == ("hash", "global") and len(cache.topologies) == 8
+    kinds = {p.name: (p.kind, p.cache) for p in cache.policies}
+    assert kinds["global"] == ("kv", "global") and kinds["hash"][0] == "hash"
+    assert load_grid(builtin_grids()["pd-game"]).pd_game.gpu_budget == 16

@@ -200,6 +200,10 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
         return "Restarts=1" in show and "JobState=PENDING" in show
 
     wait_for(f"task {array1}_{rq} to be pending again", pending_again, 60, cluster)
+    # slurmd revoked the first attempt's credential when it killed it, and refuses any credential
+    # of that job created within the same second ("Killing non-startable batch job: Job
+    # credential revoked"); Slurm's own requeue delay exists for this. Two seconds clear it.
+    time.sleep(2.0)
     cluster.run(["scontrol", "update", f"JobId={array1}_{rq}", "StartTime=now"])
     first_attempt = log_rq.read_text()
     assert "exited with status" not in first_attempt, f"shard {rq} was not cut mid-run:\n{first_attempt}"
