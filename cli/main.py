@@ -469,14 +469,16 @@ def plot(run_dir: Path) -> None:
 @click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @_handle_errors
 def games(run_dir: Path) -> None:
-    """Summarise the games of a reduced run: pd_game.parquet (the prefill/decode split game) and
-    cache_game.parquet (selfish against coordinated caching)."""
-    from poa_mc.console import print_cache_game, print_pd_game
+    """Summarise the games of a reduced run: pd_game.parquet (the prefill/decode split game),
+    planner.parquet (the Planner moving that split) and cache_game.parquet (selfish against
+    coordinated caching)."""
+    from poa_mc.console import print_cache_game, print_pd_game, print_planner
     from poa_mc.store import read_parquet_or_fail
 
     if not (run_dir / "manifest.json").exists():
         raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
     found = [(run_dir / name, show) for name, show in (("pd_game.parquet", print_pd_game),
+                                                       ("planner.parquet", print_planner),
                                                        ("cache_game.parquet", print_cache_game))]  # fmt: skip
     found = [(path, show) for path, show in found if path.exists()]
     if not found:
@@ -484,8 +486,15 @@ def games(run_dir: Path) -> None:
             f"{run_dir}: no pd_game.parquet or cache_game.parquet; the grid has no [games.pd] or [games.cache] "
             f"table, or `poa-mc reduce {run_dir}` has not run"
         )
+    game_policy = None
     for path, show in found:
-        show(read_parquet_or_fail(path))
+        frame = read_parquet_or_fail(path)
+        if path.name == "pd_game.parquet" and frame.height:
+            game_policy = frame["policy"][0]  # the planner's table follows the game's policy
+        if show is print_planner:
+            show(frame, policy=game_policy)
+        else:
+            show(frame)
 
 
 def _register_optional_commands() -> None:

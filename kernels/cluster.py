@@ -88,6 +88,7 @@ from .layout import (
     P_OSL_A,
     P_OSL_B,
     P_OSL_KIND,
+    P_PLAN,
     P_POLICY,
     P_POP,
     P_PROF,
@@ -115,6 +116,8 @@ from .layout import (
     RI_DONE_MEAS,
     RI_FREE_TOP,
     RI_INFLIGHT,
+    RI_NDA,
+    RI_NPA,
     RI_PREEMPT,
     RI_SEQ,
     RI_STATUS,
@@ -182,7 +185,7 @@ INF = math.inf
 _ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses 100 + i)
 
 
-def build(jit, rng, cache, router, heap, controller, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_below = rng.below
     rng_client_request_id = rng.client_request_id
@@ -203,6 +206,8 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
     heap_push = heap.push
     ctl_tick = controller.tick
     ctl_observe = controller.observe
+    pl_observe_ttft = planner.observe_ttft
+    pl_observe_itl = planner.observe_itl
     uniform = rng.uniform
 
     # ---------------------------------------------------------------- request attributes
@@ -847,6 +852,8 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
                 if ip[P_CTL] == 1:
                     ctl_tick(ip, fp, rep_i, rep_f, r, t)
                     ctl_observe(ip, rep_i, rep_f, r, first - slot_f[r, s, SF_ARR], first)
+                if ip[P_PLAN] == 1:
+                    pl_observe_ttft(ip, rep_i, rep_f, r, first - slot_f[r, s, SF_ARR], first)
         wk_f[r, d, WF_BUSY] = t + dur
         if first_ready > t and first_ready < INF:
             truncate(ip, fp, wk_i, wk_f, r, d, first_ready)
@@ -1033,7 +1040,7 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
         meas = np.int64(slot_i[r, s, SI_MEAS])
         slot_i[r, s, SI_STATE] = ST_PREFILL
         lo = np.int64(0) if prefill_first else n_p
-        k = n_p if prefill_first else n_d
+        k = rep_i[r, RI_NPA] if prefill_first else rep_i[r, RI_NDA]  # the workers the router may choose
         record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo, k, True)
         if prefill_first and policy == POL_PULL:
             q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])
@@ -1100,6 +1107,8 @@ def build(jit, rng, cache, router, heap, controller, jit_inline=None):
             np.int64(-1), ip[P_G],
         )  # fmt: skip
         wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+        if ip[P_PLAN] == 1:
+            pl_observe_itl(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_FIRST], osl - 1)
         meas = np.int64(slot_i[r, s, SI_MEAS])
         if meas >= 0:
             arr = slot_f[r, s, SF_ARR]

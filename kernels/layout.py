@@ -33,7 +33,9 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 controller (kernels/controller.py), a ring of the CW most recent
                                 first tokens (TTFT ms, time observed ms) at NRF + 2 i, and a log of
                                 its first CS regime switches (time ms, from, to) at NRF + 2 CW + 3 j;
-                                then the batch router's scratch (kernels/batch.py)
+                                then the batch router's scratch (kernels/batch.py), or the planner's
+                                log of its first PL moves (time ms, prefill, decode workers) at
+                                NRF + 2 CW + 3 CS + 3 j (kernels/planner.py; never both)
   out_f float64 (R, N, NOF)     measured request outputs, indices OF_*
   out_i int32 (R, N, NOI)       measured request outputs, indices OI_*
   cand  float64 (R, N, W, 2)    router view per candidate worker (global index): [tokens, blocks],
@@ -85,7 +87,13 @@ P_CTL_LOG = 39  # controller: switches logged per replica (CS)
 P_BATCH_N = 40  # batch router: decode decisions held before a joint assignment (0: no batch router)
 P_PSHARE = 41  # 1: prefill_first's prefill workers share one cache, a global LRU: worker 0's pc rows and cache
 #                counters (WI_USED, WI_FREE, WI_AH, WI_AN, WI_OLDG), of the pool's P_PKV blocks
-NP_I = 42
+P_PLAN = 42  # 1: the planner moves the prefill/decode split during the run (kernels/planner.py)
+P_PL_G = 43  # planner: GPU budget
+P_PL_GP = 44  # planner: GPUs per prefill worker
+P_PL_GD = 45  # planner: GPUs per decode worker
+P_PL_I0 = 46  # planner: the split the run starts at (index i: i + 1 prefill workers)
+P_PL_LOG = 47  # planner: moves logged per replica (PL)
+NP_I = 48
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
@@ -145,7 +153,11 @@ F_CTL_OMEGA = 29  # controller: overlap weight of regimes 0, 1, 2 (29, 30, 31)
 F_OVH_PASS = 32  # prefill worker: host time per scheduler pass, ms
 F_OVH_REQ = 33  # prefill worker: host time per request in a pass, ms
 F_BATCH_MS = 34  # batch router: longest hold of a decode decision, ms
-NF_P = 35
+F_PL_INT = 35  # planner: adjustment interval, ms
+F_PL_START = 36  # planner: time a worker takes to start once the GPUs it needs are free, ms
+F_PL_SLO_T = 37  # planner: TTFT target, ms
+F_PL_SLO_I = 38  # planner: ITL target, ms
+NF_P = 39
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -245,7 +257,15 @@ RI_REGIME = 16  # controller: current regime (0 below, 1 transition, 2 saturated
 RI_SWITCHES = 17  # controller: regime switches so far
 RI_TTH = 18  # controller: next write position in the first-token ring
 RI_TTN = 19  # controller: entries in the first-token ring
-NRI = 20
+RI_NPA = 20  # prefill workers the router may choose: the first RI_NPA (all of them without a planner)
+RI_NDA = 21  # decode workers the router may choose: the first RI_NDA
+RI_PL_I = 22  # planner: the split in force (index)
+RI_PL_TO = 23  # planner: the split it is moving to (-1: none; the giving pool's workers drain meanwhile)
+RI_PL_MOVES = 24  # planner: moves completed
+RI_PL_NT = 25  # planner: first tokens observed in the current interval
+RI_PL_NT2 = 26  # planner: ... emitted after its end (observed ahead, when a decode pass is planned)
+RI_PL_NG = 27  # planner: inter-token gaps of the requests completed in the interval
+NRI = 28
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time
@@ -264,7 +284,13 @@ RF_DBUSY = 14  # decode workers' time in a pass, ms
 RF_DBATCH = 15  # decode workers' running sequences x time, ms
 RF_DKV = 16  # decode workers' blocks held by requests (not evictable cache) x time, block ms (a pass
 #              counts the mean of its start and end, after its growth: blocks grow about evenly in it)
-NRF = 17
+RF_PL_NEXT = 17  # planner: end of the current interval (+inf while it moves)
+RF_PL_T0 = 18  # planner: when the move in progress was decided
+RF_PL_READY = 19  # planner: when the taking pool's new workers start (+inf until the giving pool drained)
+RF_PL_ST = 20  # planner: TTFT summed over RI_PL_NT first tokens, ms
+RF_PL_ST2 = 21  # planner: ... over RI_PL_NT2
+RF_PL_SG = 22  # planner: inter-token time summed over RI_PL_NG gaps, ms
+NRF = 23
 
 # ---- outputs ----
 OF_ARR = 0

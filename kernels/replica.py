@@ -35,6 +35,7 @@ from .layout import (
     P_ND,
     P_NP,
     P_PKV,
+    P_PLAN,
     P_POLICY,
     P_PROF,
     P_Q,
@@ -64,7 +65,9 @@ from .layout import (
     RI_EVENTS,
     RI_FREE_TOP,
     RI_HEAPN,
+    RI_NDA,
     RI_NOPEN,
+    RI_NPA,
     RI_SEQ,
     RI_STATUS,
     RNG_F_GAP,
@@ -116,7 +119,7 @@ STATUS_STALL = 3
 # STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
-def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, cl, batch, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -131,6 +134,9 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
     ctl_start = controller.start
     ctl_tick = controller.tick
     ctl_observe = controller.observe
+    pl_start = planner.start
+    pl_tick = planner.tick
+    pl_observe_ttft = planner.observe_ttft
     cl_record_candidates = cl.record_candidates_call
     cl_oracle_decode = cl.oracle_decode
     batch_hold = batch.hold
@@ -270,14 +276,13 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
                 batch_hold(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_f, out_f, out_i, cand, r, s, t)
                 return
             omega_d = fp[F_DOMEGA]
-            cl_record_candidates(ip, slot_i, wk_i, pc, cand, r, s, ip[P_NP], ip[P_ND], omega_d > 0.0)
+            nd = rep_i[r, RI_NDA]  # the decode workers the router may choose
+            cl_record_candidates(ip, slot_i, wk_i, pc, cand, r, s, ip[P_NP], nd, omega_d > 0.0)
             pfx = np.int64(slot_i[r, s, SI_PFX])
             if ip[P_POLICY] == POL_ORACLE:
-                d = cl_oracle_decode(
-                    ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], ip[P_ND], t
-                )
+                d = cl_oracle_decode(ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], nd, t)
             elif ip[P_POLICY] != POL_KV:
-                d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
+                d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd)
             else:
                 # the calls are spelled out (not one dispatching function): this is the hot path,
                 # and on the CPU each call of a compiled function passes its array arguments
@@ -285,12 +290,12 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
                     ctl_tick(ip, fp, rep_i, rep_f, r, t)
                 if omega_d > 0.0:
                     d = router_decode_choice(
-                        wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
+                        wk_i, pc, rep_i, r, key, ip[P_NP], nd, g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
                     )
                 elif rep_f[r, RF_TAU] > 0.0:
-                    d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], ip[P_ND], rep_f[r, RF_TAU])
+                    d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], nd, rep_f[r, RF_TAU])
                 else:
-                    d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], ip[P_ND])
+                    d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd)
             booked = pblk
             if omega_d > 0.0:
                 booked = pblk - cache_seen_overlap(pc, r, d, g, pfx)
@@ -372,6 +377,8 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
                         if ip[P_CTL] == 1:
                             ctl_tick(ip, fp, rep_i, rep_f, r, t)
                             ctl_observe(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_ARR], t)
+                        if ip[P_PLAN] == 1:
+                            pl_observe_ttft(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_ARR], t)
                     slot_i[r, s, SI_FRESH] = 0
                     gen += 1
                     slot_i[r, s, SI_GEN] = gen
@@ -457,6 +464,10 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
         rep_f[r, RF_BATCH_DUE] = INF
         if ip[P_CTL] == 1:
             ctl_start(ip, fp, rep_i, rep_f, r)
+        rep_i[r, RI_NPA] = n_p
+        rep_i[r, RI_NDA] = ip[P_ND]
+        if ip[P_PLAN] == 1:
+            pl_start(ip, fp, rep_i, rep_f, r)
         for s in range(n_s):
             slot_i[r, s, SI_STATE] = ST_FREE
             slot_i[r, s, SI_CLIENT] = s
@@ -490,6 +501,8 @@ def build(jit, rng, cache, router, heap, controller, cl, batch, jit_inline=None)
             if t == INF:
                 rep_i[r, RI_STATUS] = STATUS_STALL
                 break
+            if ip[P_PLAN] == 1:
+                pl_tick(ip, fp, wk_i, wk_f, pc, rep_i, rep_f, r, t, rep_f[r, RF_T])
             rep_f[r, RF_T] = t
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == t:

@@ -4,7 +4,7 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import batch, cache, cluster, controller, heap, replica, rng, router
+from . import batch, cache, cluster, controller, heap, planner, replica, rng, router
 from ._ns import Namespace
 
 
@@ -18,10 +18,11 @@ def build(jit, jit_inline=None) -> Namespace:
     ro = router.build(jit, r, c)
     h = heap.build(jit)
     ctl = controller.build(jit)
-    cl = cluster.build(jit, r, c, ro, h, ctl, jit_inline)
+    pl = planner.build(jit)
+    cl = cluster.build(jit, r, c, ro, h, ctl, pl, jit_inline)
     b = batch.build(jit, cl)
-    rep = replica.build(jit, r, c, ro, h, ctl, cl, b, jit_inline)
+    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, jit_inline)
     return Namespace(
-        rng=r, cache=c, router=ro, heap=h, controller=ctl, cluster=cl, batch=b, replica=rep,
+        rng=r, cache=c, router=ro, heap=h, controller=ctl, planner=pl, cluster=cl, batch=b, replica=rep,
         simulate_replica=rep.simulate_replica,
     )  # fmt: skip

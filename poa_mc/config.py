@@ -28,15 +28,18 @@ from poa_mc.spec import (
     ClusterSpec,
     ControllerSpec,
     Dist,
+    PlannerSpec,
     PolicySpec,
     ProfileSpec,
     SpecError,
     WorkloadSpec,
+    budget_splits,
 )
 from poa_mc.traces import FORMATS as TRACE_FORMATS
 
 BACKENDS = ("auto", "cpu", "cuda")
 SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
+PLANNER_SUFFIX = " planner"  # the topology label of a split the Planner starts at
 POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
@@ -108,11 +111,11 @@ class PdGame:
     decode_cost: str = "itl_mean_ms"
     social_cost: str = "e2e_mean_ms"
     policy: str = ""  # whose cells play the game; default [poa].selfish
+    planner: PlannerSpec | None = None  # [games.pd.planner]: the Planner moving the split in one run
+    planner_starts: tuple[str, ...] = ()  # the splits its runs start at (labels)
 
     def splits(self) -> list[tuple[int, int]]:
-        from poa_mc.games import splits
-
-        return splits(self.gpu_budget, self.prefill_gpus, self.decode_gpus)
+        return budget_splits(self.gpu_budget, self.prefill_gpus, self.decode_gpus)
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,7 @@ class Topology:
     n_decode: int
     prefill_kv_blocks: int = 0  # 0: cluster.prefill_kv_blocks
     zipf_alpha: float = -1.0  # < 0: the workload's popularity
+    planner: bool = False  # the split the Planner starts at ([games.pd.planner]), labelled "xP/yD planner"
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,12 @@ class GridConfig:
             for topo in d["topologies"]:  # plain topologies keep the fingerprint they had
                 topo.pop("prefill_kv_blocks")
                 topo.pop("zipf_alpha")
+        for topo in d["topologies"]:
+            if not topo["planner"]:
+                topo.pop("planner")
+        if self.pd_game is not None and self.pd_game.planner is None:
+            d["pd_game"].pop("planner")
+            d["pd_game"].pop("planner_starts")
         for ref in self.traces:
             section, key = ref.key.split(".")
             dist = d[section][key]
@@ -504,6 +514,8 @@ def _parse_grid_axes(
                 "grid.topology", "[games.pd] sets the topologies (every split of its gpu_budget): remove one of them"
             )
         table["topology"] = [f"{n_p}P/{n_d}D" for n_p, n_d in pd_game.splits()]
+        if pd_game.planner is not None:
+            table["topology"] += [f"{label}{PLANNER_SUFFIX}" for label in pd_game.planner_starts]
 
     def read_list(key: str) -> list:
         value = table[key]
@@ -520,6 +532,10 @@ def _parse_grid_axes(
     for i, label in enumerate(read_list("topology")):
         path = f"grid.topology[{i}]"
         label = _coerce(label, str, path)
+        if pd_game is not None and label.endswith(PLANNER_SUFFIX):
+            m = TOPOLOGY_RE.match(label[: -len(PLANNER_SUFFIX)])
+            topologies.append(Topology(label, int(m.group(1)), int(m.group(2)), planner=True))
+            continue
         m = TOPOLOGY_RE.match(label)
         if not m:
             raise ConfigError(path, f'"{label}" is not of the form xP/yD (e.g. "1P/2D")')
@@ -675,7 +691,7 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     return PoaSection(**f)
 
 
-def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
+def _parse_pd_game(doc: dict, flow: str, slo: SloSection | None = None) -> PdGame | None:
     games = _table(doc, "games", "games")
     _check_keys(games, ("pd", "cache"), "games")
     if "pd" not in games:
@@ -695,9 +711,11 @@ def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
             "decode_cost": (str, "itl_mean_ms"),
             "social_cost": (str, "e2e_mean_ms"),
             "policy": (str, ""),
+            "planner": (dict, None),
         },
         "games.pd",
     )
+    planner_table = f.pop("planner")
     for key in ("gpu_budget", "prefill_gpus", "decode_gpus"):
         _positive(f[key], f"games.pd.{key}")
     for key in ("prefill_cost", "decode_cost", "social_cost"):
@@ -711,7 +729,41 @@ def _parse_pd_game(doc: dict, flow: str) -> PdGame | None:
             f"{game.gpu_budget} GPUs make {len(game.splits())} split(s) of {game.prefill_gpus}-GPU prefill and "
             f"{game.decode_gpus}-GPU decode workers; a game needs at least 2",
         )
+    if planner_table is not None:
+        game = _parse_planner(planner_table, game, slo or SloSection())
     return game
+
+
+def _parse_planner(table: dict, game: PdGame, slo: SloSection) -> PdGame:
+    """[games.pd.planner]: Dynamo's Planner moving the split in one run, from each start split."""
+    path = "games.pd.planner"
+    f = _read_fields(
+        table,
+        {"interval_ms": (float, 30_000.0), "startup_ms": (float, 0.0), "starts": (list, None), "log_moves": (int, 256)},
+        path,
+    )
+    labels = [f"{n_p}P/{n_d}D" for n_p, n_d in game.splits()]
+    starts = f.pop("starts")
+    if starts is None:
+        starts = labels
+    if not starts:
+        raise ConfigError(f"{path}.starts", "must not be empty")
+    for i, label in enumerate(starts):
+        label = _coerce(label, str, f"{path}.starts[{i}]")
+        if label not in labels:
+            raise ConfigError(f"{path}.starts[{i}]", f"{label!r} is not a split of the budget: {', '.join(labels)}")
+        if label in starts[:i]:
+            raise ConfigError(f"{path}.starts[{i}]", f"{label!r} repeats")
+    if not (slo.ttft_ms > 0 and slo.itl_ms > 0):
+        raise ConfigError(path, "needs its targets: an [slo] table with ttft_ms and itl_ms")
+    spec = PlannerSpec(
+        game.gpu_budget, game.prefill_gpus, game.decode_gpus, ttft_ms=slo.ttft_ms, itl_ms=slo.itl_ms, **f
+    )
+    try:
+        spec.validate(path)
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    return dataclasses.replace(game, planner=spec, planner_starts=tuple(starts))
 
 
 def _parse_cache_game(
@@ -793,7 +845,8 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     workload, arrival, traces = _parse_workload(doc, Path(base_dir))
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster)
-    pd_game = _parse_pd_game(doc, cluster.flow)
+    slo = _parse_slo(doc)
+    pd_game = _parse_pd_game(doc, cluster.flow, slo)
     policies = _parse_policies(doc, _parse_controller(doc))
     poa = _parse_poa(doc, policies)
     cache_game = _parse_cache_game(doc, cluster, workload, policies, poa.selfish)
@@ -802,7 +855,6 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
         raise ConfigError(
             "poa.window", f"{poa.window:,} decisions exceed the {run.requests:,} measured requests of a replica"
         )
-    slo = _parse_slo(doc)
     if pd_game is not None:
         names = [p.name for p in policies]
         if not pd_game.policy:

@@ -234,3 +234,42 @@ def print_cache_game(game: Any, stream: TextIO | None = None) -> None:
     file = stream if stream is not None else sys.stdout
     width = None if getattr(file, "isatty", lambda: False)() else 160
     Console(file=file, highlight=False, width=width).print(table)
+
+
+def print_planner(frame: Any, stream: TextIO | None = None, policy: str | None = None) -> None:
+    """Per (load, start split): where the Planner ended (the split most replicas end at, and
+    their share), the share of the measured time it spent at the static game's equilibrium and
+    at its optimum, and its moves, reversals and oscillating replicas; of `policy` (the game's)
+    when given."""
+    from rich.console import Console
+    from rich.table import Table
+
+    load = "concurrency" if "concurrency" in frame.columns else "rate"
+    if policy is not None:
+        frame = frame.filter(frame["policy"] == policy)
+    title = "the Planner moving the split (one run from each start" + (f", policy {policy})" if policy else ")")
+    table = Table(title=title, header_style="bold")
+    for name in ("C" if load == "concurrency" else "rate", "start", "ends at", "time at eq.", "time at opt.",
+                 "moves", "reversals", "oscillating", "social cost / optimum"):  # fmt: skip
+        table.add_column(name, justify="left" if name in ("start", "ends at") else "right", no_wrap=True)
+    for _, d in frame.group_by([load, "start"], maintain_order=True):
+        r = d.row(0, named=True)
+        end = d.sort("final_share", descending=True).row(0, named=True)
+        value = r[load]
+        tags = "".join(t for t, on in ((" (eq.)", end["is_equilibrium"]), (" (opt.)", end["is_optimum"])) if on)
+        table.add_row(
+            f"{value:g}" if isinstance(value, float) else str(value),
+            r["start"],
+            f"{end['split']}{tags} {end['final_share']:.0%}",
+            f"{d.filter(d['is_equilibrium'])['time_share'].sum():.2f}",
+            f"{d.filter(d['is_optimum'])['time_share'].sum():.2f}",
+            f"{r['moves_mean']:.1f}",
+            f"{r['reversals_mean']:.1f}",
+            f"{r['oscillating_share']:.0%}",
+            _interval(
+                r.get("social_cost_vs_optimum"), r.get("social_cost_vs_optimum_lo"), r.get("social_cost_vs_optimum_hi")
+            ),  # fmt: skip
+        )
+    file = stream if stream is not None else sys.stdout
+    width = None if getattr(file, "isatty", lambda: False)() else 160
+    Console(file=file, highlight=False, width=width).print(table)

@@ -48,7 +48,10 @@ regime_ms_transition, regime_ms_saturated (time in each regime; a fixed policy s
 over workers: prefill_busy_ms and decode_busy_ms (time in a pass), decode_batch_ms (running
 sequences x time), decode_kv_block_ms (blocks held by requests x time).
 SimResult.extra["switch_log"] (adaptive only): (replicas, log_switches, 3) of (time ms, from, to)
-per switch, NaN past the last.
+per switch, NaN past the last. With a planner, replica["planner_moves"] counts its moves and
+SimResult.extra["move_log"] is (replicas, log_moves, 3) of (time ms, prefill workers, decode
+workers) per completed move, NaN past the last; the prefill_worker and decode_worker indices
+then count among the most workers of either pool any split has.
 """
 
 from __future__ import annotations
@@ -176,6 +179,18 @@ def pack_params(
     fp = np.zeros(L.NF_P, dtype=np.float64)
     ip[L.P_NP] = n_p
     ip[L.P_ND] = c.n_decode
+    pl = spec.planner
+    if pl is not None:
+        # the kernel holds the workers of every split; the router chooses among the active ones
+        path = pl.splits()
+        ip[L.P_NP] = max(s[0] for s in path)
+        ip[L.P_ND] = max(s[1] for s in path)
+        ip[L.P_PLAN] = 1
+        ip[L.P_PL_G], ip[L.P_PL_GP], ip[L.P_PL_GD] = pl.gpu_budget, pl.prefill_gpus, pl.decode_gpus
+        ip[L.P_PL_I0] = path.index((c.n_prefill, c.n_decode))
+        ip[L.P_PL_LOG] = pl.log_moves
+        fp[L.F_PL_INT], fp[L.F_PL_START] = pl.interval_ms, pl.startup_ms
+        fp[L.F_PL_SLO_T], fp[L.F_PL_SLO_I] = pl.ttft_ms, pl.itl_ms
     ip[L.P_FLOW] = _FLOW[c.flow]
     ip[L.P_B] = c.block_size
     ip[L.P_PKV] = c.prefill_kv_blocks
@@ -324,7 +339,16 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "heap_t": ((int(ip[L.P_H]),), np.float64),
         "heap_c": ((int(ip[L.P_H]),), np.int32),
         "rep_i": ((L.NRI,), np.int64),
-        "rep_f": ((L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]) + _batch_scratch(ip),), np.float64),
+        "rep_f": (
+            (
+                L.NRF
+                + 2 * int(ip[L.P_CTL_WIN])
+                + 3 * int(ip[L.P_CTL_LOG])
+                + _batch_scratch(ip)
+                + 3 * int(ip[L.P_PL_LOG]),
+            ),
+            np.float64,
+        ),
         "out_f": ((requests, L.NOF), np.float64),
         "out_i": ((requests, L.NOI), np.int32),
         "cand": ((requests, n_workers, 2) if record else (1, 1, 2), np.float64),
@@ -475,12 +499,15 @@ def simulate(
         "written": np.empty(replicas, dtype=np.int64),
         "sim_ms": np.empty(replicas),
         "switches": np.empty(replicas, dtype=np.int64),
+        "planner_moves": np.empty(replicas, dtype=np.int64),
         **{f"regime_ms_{name}": np.empty(replicas) for name in REGIMES},
         **{name: np.empty(replicas) for name in _INTEGRALS},
         "measured_ms": np.empty(replicas),
     }
     n_log = int(ip[L.P_CTL_LOG])
     switch_log = np.full((replicas, n_log, 3), np.nan)
+    n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
+    move_log = np.full((replicas, n_moves, 3), np.nan)
     compile_s = 0.0
     wall = 0.0
     for b in range(n_batches):
@@ -520,6 +547,12 @@ def simulate(
             rep[name][r0 : r0 + nr] = rf[:, j]
         rep["measured_ms"][r0 : r0 + nr] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
         rep["switches"][r0 : r0 + nr] = ri[:, L.RI_SWITCHES]
+        rep["planner_moves"][r0 : r0 + nr] = ri[:, L.RI_PL_MOVES]
+        if n_moves:
+            at = L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * n_log
+            logged = rf[:, at : at + 3 * n_moves].reshape(nr, n_moves, 3)
+            keep = np.arange(n_moves)[None, :] < ri[:, L.RI_PL_MOVES][:, None]
+            move_log[r0 : r0 + nr] = np.where(keep[:, :, None], logged, np.nan)
         # time in each regime: the closed ones, plus the current one up to the end
         regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()
         if ip[L.P_CTL]:
@@ -563,7 +596,7 @@ def simulate(
         device=target.device_name(),
         batches=n_batches,
         state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES),
-        extra={"switch_log": switch_log} if n_log else {},
+        extra={**({"switch_log": switch_log} if n_log else {}), **({"move_log": move_log} if n_moves else {})},
     )
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poa_mc.spec import budget_splits as splits  # noqa: F401 - Game 1's splits, re-exported
+
 POOL_COSTS = (
     "ttft_mean_ms",
     "ttft_p50_ms",
@@ -49,16 +51,6 @@ POOL_COSTS = (
     "throughput_rps",
 )
 BENEFITS = ("goodput_rps", "slo_attainment", "throughput_rps")  # higher is better: the cost is 1 / value
-
-
-def splits(budget: int, prefill_gpus: int, decode_gpus: int) -> list[tuple[int, int]]:
-    """Every (nP, nD) with nP, nD >= 1 that uses the budget as fully as whole workers allow."""
-    out = []
-    n_p = 1
-    while n_p * prefill_gpus + decode_gpus <= budget:
-        out.append((n_p, (budget - n_p * prefill_gpus) // decode_gpus))
-        n_p += 1
-    return out
 
 
 @dataclass(frozen=True)
@@ -189,7 +181,8 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
     c_p, c_d, c_s = game["prefill_cost"], game["decode_cost"], game["social_cost"]
     rows = []
     load_col = "concurrency" if summary["load_axis"][0] == "concurrency" else "rate"
-    mine = summary.filter(pl.col("policy") == policy)
+    # the splits held fixed (a planner cell's label is its start split's plus " planner")
+    mine = summary.filter((pl.col("policy") == policy) & ~pl.col("topology").str.ends_with(" planner"))
     for (load,), group in mine.sort([load_col, "n_prefill"]).group_by([load_col], maintain_order=True):
         cells = group.to_dicts()
         n_p = [c["n_prefill"] for c in cells]
@@ -314,6 +307,145 @@ def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float]
                     "poa_kv_hi": best[2],
                     "best_coordinated": best[3],
                     "social_cost_kind": game["social_cost"],
+                }
+            )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Planner: Game 1's split moved during one run (kernels/planner.py)
+
+
+@dataclass(frozen=True)
+class PlannerRuns:
+    """Per replica of one planner cell, over its measured window (first measured arrival to the end)."""
+
+    splits: list[tuple[int, int]]  # the path, split i = (nP, nD)
+    share: np.ndarray  # (replicas, splits): share of the window spent at each split
+    final: np.ndarray  # (replicas,): the split in force at the end
+    moves: np.ndarray  # (replicas,): moves completed in the whole run (warm-up included)
+    reversals: np.ndarray  # (replicas,): moves in the window that undo the direction of the one before
+    start: int = 0  # the split each replica starts at
+    move_ms: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # (replicas, L): when each move completed
+    move_to: np.ndarray = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.int64)
+    )  # ... the split it made (-1 past the last)
+    end_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (replicas,): the end of the run
+
+
+def planner_runs(
+    path: list[tuple[int, int]], start: tuple[int, int], move_ms: np.ndarray, move_np: np.ndarray,
+    t0: np.ndarray, t1: np.ndarray,
+) -> PlannerRuns:  # fmt: skip
+    """From each replica's move log (times, and the prefill workers after each move; NaN past the
+    last) and its window [t0, t1]."""
+    index = {n_p: i for i, (n_p, _) in enumerate(path)}
+    r = move_ms.shape[0]
+    share = np.zeros((r, len(path)))
+    final = np.zeros(r, dtype=np.int64)
+    moves = np.zeros(r, dtype=np.int64)
+    reversals = np.zeros(r, dtype=np.int64)
+    move_to = np.full(move_ms.shape, -1, dtype=np.int64)
+    for k in range(r):
+        ok = np.isfinite(move_ms[k])
+        times = np.concatenate([[-np.inf], move_ms[k][ok], [np.inf]])
+        at = [path.index(start)] + [index[int(n)] for n in move_np[k][ok]]
+        move_to[k, : len(at) - 1] = at[1:]
+        span = max(t1[k] - t0[k], 0.0)
+        for j, i in enumerate(at):
+            lo, hi = max(times[j], t0[k]), min(times[j + 1], t1[k])
+            if hi > lo and span > 0:
+                share[k, i] += (hi - lo) / span
+        final[k] = at[-1]
+        moves[k] = len(at) - 1
+        steps = [(at[j + 1] - at[j], times[j + 1]) for j in range(len(at) - 1)]
+        reversals[k] = sum(
+            1 for a, b in zip(steps, steps[1:]) if t0[k] <= b[1] <= t1[k] and np.sign(a[0]) != np.sign(b[0])
+        )
+    return PlannerRuns(path, share, final, moves, reversals, path.index(start), move_ms, move_to, np.asarray(t1))
+
+
+def planner_moves_frame(cells, runs: dict[str, PlannerRuns]):  # noqa: ANN001, ANN201 - polars frames
+    """planner_moves.parquet: every replica's path, one row per split it was at: from and until
+    (ms; 0 for the start, the run's end for the last), the split, and its workers."""
+    import polars as pl
+
+    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
+    rows = []
+    for cell in cells.sort("index").iter_rows(named=True):
+        run = runs.get(cell["cell_id"])
+        if run is None:
+            continue
+        for k in range(run.share.shape[0]):
+            steps = [(0.0, run.start)] + [
+                (float(t), int(i)) for t, i in zip(run.move_ms[k], run.move_to[k]) if i >= 0
+            ]  # fmt: skip
+            ends = [t for t, _ in steps[1:]] + [float(run.end_ms[k])]
+            for (t, i), until in zip(steps, ends):
+                n_p, n_d = run.splits[i]
+                rows.append({load_col: cell[load_col], "start": cell["topology"].removesuffix(" planner"),
+                             "policy": cell["policy"], "replica": k, "from_ms": t, "until_ms": until,
+                             "split": f"{n_p}P/{n_d}D", "n_prefill": n_p, "n_decode": n_d})  # fmt: skip
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def planner_frame(cells, runs: dict[str, PlannerRuns], pd_game, summary=None, game: dict | None = None):  # noqa: ANN001, ANN201
+    """planner.parquet: per planner cell (start split, load) one row per split of the path: the
+    share of the measured window spent there (mean over replicas, 95% t-interval), the share of
+    replicas that end there, whether the static game (pd_game.parquet, same load) has it as an
+    equilibrium or the optimum, and per cell the mean moves and reversals per replica, the
+    share of replicas that reversed at least twice in the window (oscillating), and the cell's
+    social cost (the game's) over the static optimum's, with its interval (independent streams)."""
+    import polars as pl
+
+    from poa_mc.estimators import t_interval
+
+    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
+    rows = []
+    for cell in cells.sort("index").iter_rows(named=True):
+        run = runs.get(cell["cell_id"])
+        if run is None:
+            continue
+        static = pd_game.filter(pl.col(load_col) == cell[load_col]) if pd_game is not None else None
+        eq = set(static.filter(pl.col("is_equilibrium"))["n_prefill"].to_list()) if static is not None else set()
+        opt = set(static.filter(pl.col("is_optimum"))["n_prefill"].to_list()) if static is not None else set()
+        vs_opt = Ratio(math.nan, math.nan, math.nan)
+        mine = summary.filter(pl.col("cell_id") == cell["cell_id"]).to_dicts() if summary is not None else []
+        best = static.filter(pl.col("is_optimum")).to_dicts() if static is not None else []
+        if mine and best and game:
+            col = game["social_cost"]
+            here = _cost(mine, col)[0][0]
+            opt_cells = summary.filter(
+                (pl.col("topology") == best[0]["topology"]) & (pl.col("policy") == best[0]["policy"])
+                & (pl.col(load_col) == cell[load_col])
+            ).to_dicts()  # fmt: skip
+            if opt_cells:
+                there = _cost(opt_cells, col)[0][0]
+                vs_opt = ratio_of_independent(here, _se(mine[0], col), there, _se(opt_cells[0], col))
+        for i, (n_p, n_d) in enumerate(run.splits):
+            est = t_interval(run.share[:, i])
+            lo, hi = (min(max(v, 0.0), 1.0) for v in (est.lo, est.hi))  # a share's interval stays in [0, 1]
+            rows.append(
+                {
+                    load_col: cell[load_col],
+                    "start": cell["topology"].removesuffix(" planner"),
+                    "policy": cell["policy"],
+                    "split": f"{n_p}P/{n_d}D",
+                    "n_prefill": n_p,
+                    "n_decode": n_d,
+                    "time_share": est.value,
+                    "time_share_lo": lo,
+                    "time_share_hi": hi,
+                    "final_share": float(np.mean(run.final == i)),
+                    "is_equilibrium": n_p in eq,
+                    "is_optimum": n_p in opt,
+                    "moves_mean": float(run.moves.mean()),
+                    "reversals_mean": float(run.reversals.mean()),
+                    "oscillating_share": float(np.mean(run.reversals >= 2)),
+                    "replicas": int(run.share.shape[0]),
+                    "social_cost_vs_optimum": vs_opt.value,
+                    "social_cost_vs_optimum_lo": vs_opt.lo,
+                    "social_cost_vs_optimum_hi": vs_opt.hi,
                 }
             )
     return pl.DataFrame(rows, infer_schema_length=None)

@@ -66,6 +66,8 @@ def cell_id(spec: CellSpec, stream: int) -> str:
 def _grid_path(err_path: str, topo_i: int, load_i: int, policy_i: int, axis: str) -> str:
     if err_path in ("cluster.n_prefill", "cluster.n_decode"):
         return f"grid.topology[{topo_i}]"
+    if err_path.startswith("planner"):
+        return "games.pd" + err_path
     if err_path in ("workload.concurrency", "workload.rate"):
         return f"grid.{axis}[{load_i}]"
     if err_path.startswith("policy."):
@@ -86,6 +88,7 @@ def expand(grid: GridConfig) -> list[Cell]:
             cluster = dataclasses.replace(cluster, prefill_kv_blocks=topo.prefill_kv_blocks)
         if topo.zipf_alpha >= 0:
             base = dataclasses.replace(base, popularity="zipf", zipf_alpha=topo.zipf_alpha)
+        planner = grid.pd_game.planner if topo.planner else None
         for li, load in enumerate(grid.loads):
             if grid.load_axis == "concurrency":
                 workload = dataclasses.replace(base, concurrency=int(load), rate_rps=0.0)
@@ -95,7 +98,9 @@ def expand(grid: GridConfig) -> list[Cell]:
                 conc, rate = None, float(load)
             stream = point_stream(topo.n_prefill, topo.n_decode, grid.load_axis, load)
             for pi, policy in enumerate(grid.policies):
-                spec = CellSpec(cluster=cluster, workload=workload, profile=grid.profile, policy=policy)
+                spec = CellSpec(
+                    cluster=cluster, workload=workload, profile=grid.profile, policy=policy, planner=planner
+                )
                 try:
                     spec.validate()
                 except SpecError as e:

@@ -843,6 +843,46 @@ def cache_game_figure(game: pl.DataFrame) -> Figure:
     return fig
 
 
+def planner_figure(moves: pl.DataFrame, game: pl.DataFrame | None, shown: int = 4) -> Figure:
+    """The Planner: prefill workers over time from each start split (up to `shown` replicas each,
+    thin steps), one panel per load, with the static game's equilibrium and optimum as bands
+    (the game's policy only)."""
+    from matplotlib import colormaps
+
+    load = "concurrency" if "concurrency" in moves.columns else "rate"
+    if game is not None and game.height:
+        moves = moves.filter(pl.col("policy") == game["policy"][0])  # the game's policy
+    loads = moves[load].unique(maintain_order=True).to_list()
+    fig, axes = _panels(len(loads), sharey=True)
+    starts = moves["start"].unique(maintain_order=True).to_list()
+    colours = colormaps["tab10"](np.arange(len(starts)) % 10)
+    for ax, value in zip(axes, loads):
+        d = moves.filter(pl.col(load) == value)
+        for colour, start in zip(colours, starts):
+            e = d.filter(pl.col("start") == start)
+            for k, rep in enumerate(sorted(e["replica"].unique().to_list())[:shown]):
+                f = e.filter(pl.col("replica") == rep).sort("from_ms")
+                x = np.append(_floats(f["from_ms"]), f["until_ms"][-1]) / 1000.0
+                y = np.append(_floats(f["n_prefill"]), f["n_prefill"][-1])
+                ax.step(x, y + 0.06 * (k - shown / 2), where="post", color=colour, lw=1.2, alpha=0.8,
+                        label=f"from {start}" if k == 0 else "_")  # fmt: skip
+        if game is not None and game.height:
+            g = game.filter(pl.col(load) == value)
+            for col, colour, name in (
+                ("is_equilibrium", "tab:red", "equilibrium"),
+                ("is_optimum", "tab:green", "optimum"),
+            ):
+                for n_p in g.filter(pl.col(col))["n_prefill"].to_list():
+                    ax.axhspan(n_p - 0.3, n_p + 0.3, color=colour, alpha=0.12, lw=0, label=f"static {name}")
+        ax.set_title(f"{'C' if load == 'concurrency' else 'rate'}={value:g}", fontsize=10)
+        ax.set_xlabel("simulated time (s)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("prefill workers")
+    fig.suptitle(f"The Planner moving the split (up to {shown} replicas from each start)")
+    _legend_below(fig, axes, ncol=5)
+    return fig
+
+
 def plot_run(root: str | Path) -> list[Path]:
     """Draw every figure of a reduced run into DIR/plots/; returns the paths written."""
     run_dir = RunDir(root)
@@ -862,6 +902,11 @@ def plot_run(root: str | Path) -> list[Path]:
         game = pl.read_parquet(run_dir.pd_game_path)
         if game.height:
             out.append(_save(pd_game_figure(game), run_dir.plots_dir / "pd_game.png"))
+    if run_dir.planner_moves_path.exists():
+        moves = pl.read_parquet(run_dir.planner_moves_path)
+        game = pl.read_parquet(run_dir.pd_game_path) if run_dir.pd_game_path.exists() else None
+        if moves.height:
+            out.append(_save(planner_figure(moves, game), run_dir.plots_dir / "planner.png"))
     if run_dir.cache_game_path.exists():
         game = pl.read_parquet(run_dir.cache_game_path)
         if game.height:

@@ -40,6 +40,7 @@ class IncompleteRunError(RunDirError):
 class CellStats:
     row: dict[str, Any]
     social: dict[str, np.ndarray] = field(default_factory=dict)  # per-replica social costs by kind
+    planner: Any = None  # poa_mc.games.PlannerRuns of a planner cell
 
 
 def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
@@ -117,7 +118,27 @@ def cell_stats(
 
     social = {kind: social_cost_per_replica(kind, ttft, e2e) for kind in ("mean_ttft", "mean_e2e", "p99_ttft")}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
-    return CellStats(row, social)
+    return CellStats(row, social, _planner_runs(df, spec, r, n))
+
+
+def _planner_runs(df: pl.DataFrame, spec: dict, r: int, n: int) -> Any:
+    """A planner cell's moves, from the log on each replica's first rows (poa_mc.games.planner_runs)."""
+    pl_spec = spec.get("planner")
+    if not pl_spec or "replica_measured_ms" not in df.columns:
+        return None
+    from poa_mc.games import planner_runs
+    from poa_mc.spec import budget_splits
+
+    path = budget_splits(int(pl_spec["gpu_budget"]), int(pl_spec["prefill_gpus"]), int(pl_spec["decode_gpus"]))
+    end = _matrix(df, "replica_sim_ms", r, n)[:, 0]
+    begin = end - _matrix(df, "replica_measured_ms", r, n)[:, 0]
+    if "plan_move_ms" in df.columns:
+        ms = _matrix(df, "plan_move_ms", r, n).astype(np.float64)
+        n_p = _matrix(df, "plan_n_prefill", r, n).astype(np.float64)
+    else:  # no move logged (log_moves = 0)
+        ms = n_p = np.full((r, 1), np.nan)
+    start = (int(spec["cluster"]["n_prefill"]), int(spec["cluster"]["n_decode"]))
+    return planner_runs(path, start, ms, n_p, begin, end)
 
 
 def _nan_quantile(x: np.ndarray, q: float) -> np.ndarray:
@@ -153,7 +174,8 @@ def _worker_stats(row: dict[str, Any], df: pl.DataFrame, spec: dict, r: int, n: 
     the measured part of the run (first measured arrival to the end)."""
     names = ("prefill_busy_ms", "decode_busy_ms", "decode_batch_ms", "decode_kv_block_ms", "measured_ms")
     nan = Estimate(math.nan, math.nan, math.nan)
-    if not all(f"replica_{c}" in df.columns for c in names):
+    # a planner moves workers between pools: shares of a fixed worker count would mean nothing
+    if spec.get("planner") or not all(f"replica_{c}" in df.columns for c in names):
         for c in ("prefill_util", "decode_util", "decode_batch_mean", "kv_occupancy_mean"):
             _put(row, c, nan)
         return
@@ -180,6 +202,8 @@ def _poa_hat_stage(
     row["poa_candidates"] = k
     row["poa_hat_windows"] = 0
     _put(row, "poa_hat", Estimate(math.nan, math.nan, math.nan))
+    if spec.get("planner"):
+        return  # the candidates change as the planner moves workers: not a fixed game
     if k < 2 or not {"cand_tokens", "cand_blocks", f"{stage}_added_tokens"} <= set(df.columns):
         return  # one candidate is no game: PoA-hat is undefined (null), not a number
     width = df.schema["cand_tokens"].size
@@ -316,9 +340,14 @@ def reduce_run(
     atomic_write_parquet(poa_df, run_dir.poa_path)
     game = manifest["grid"].get("pd_game")
     if game and summary.height:
-        from poa_mc.games import pd_game_frame
+        from poa_mc.games import pd_game_frame, planner_frame, planner_moves_frame
 
-        atomic_write_parquet(pd_game_frame(summary, game), run_dir.pd_game_path)
+        static = pd_game_frame(summary, game)
+        atomic_write_parquet(static, run_dir.pd_game_path)
+        runs = {i: st.planner for i, st in stats.items() if st.planner is not None}
+        if runs:
+            atomic_write_parquet(planner_frame(cells, runs, static, summary, game), run_dir.planner_path)
+            atomic_write_parquet(planner_moves_frame(cells, runs), run_dir.planner_moves_path)
     cache = manifest["grid"].get("cache_game")
     if cache and summary.height:
         from poa_mc.games import cache_game_frame

@@ -301,9 +301,11 @@ def run_grid(
             frame = samples_frame(res.samples, res.candidates or None)
             # Per-replica window and request counts travel with the samples so reduce needs no engine.
             frame = _attach_replica_columns(frame, res.replica, r.requests)
-            switch_log = getattr(res, "extra", {}).get("switch_log")
-            if switch_log is not None:
-                frame = _attach_switch_log(frame, switch_log, r.requests)
+            extra = getattr(res, "extra", {})
+            if extra.get("switch_log") is not None:
+                frame = _attach_log(frame, extra["switch_log"], r.requests, SWITCH_LOG_COLUMNS)
+            if extra.get("move_log") is not None:
+                frame = _attach_log(frame, extra["move_log"], r.requests, MOVE_LOG_COLUMNS)
             run_dir.write_cell(cell.cell_id, frame, meta)
             report.ran.append(cell.cell_id)
             console.cell_done(cell.label(), costs[cell.cell_id], simulated, wall)
@@ -352,13 +354,17 @@ def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:
     return f"{key + ': ' if key else ''}cell {cell.label()}: {e}; {done}"
 
 
-def _attach_switch_log(frame: pl.DataFrame, log: np.ndarray, requests: int) -> pl.DataFrame:
-    """The adaptive controller's switches (replicas, S, 3), the j-th of a replica on its j-th row:
-    ctl_switch_ms, ctl_switch_from, ctl_switch_to (0 below, 1 transition, 2 saturated), null past
-    its last logged switch."""
+SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
+MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
+
+
+def _attach_log(frame: pl.DataFrame, log: np.ndarray, requests: int, names: tuple[str, ...]) -> pl.DataFrame:
+    """A per-replica event log (replicas, S, 3), the j-th event of a replica on its j-th row: a
+    time in ms, then two small integers (the controller's regime switches, the planner's moves),
+    null past its last logged event."""
     r, s, _ = log.shape
     cols = {}
-    for i, name in enumerate(("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")):
+    for i, name in enumerate(names):
         full = np.full((r, requests), np.nan)
         m = min(s, requests)
         full[:, :m] = log[:, :m, i]

@@ -358,6 +358,55 @@ class ClusterSpec:
                 raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
+def budget_splits(budget: int, prefill_gpus: int, decode_gpus: int) -> list[tuple[int, int]]:
+    """Every (nP, nD) with nP, nD >= 1 that uses a GPU budget as fully as whole workers allow:
+    for nP = 1, 2, ... the most decode workers the rest holds (kernels/planner.py walks the same
+    path)."""
+    out = []
+    n_p = 1
+    while n_p * prefill_gpus + decode_gpus <= budget:
+        out.append((n_p, (budget - n_p * prefill_gpus) // decode_gpus))
+        n_p += 1
+    return out
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    """Dynamo's Planner moving the prefill/decode split of a GPU budget during the run
+    (kernels/planner.py): every `interval_ms` it compares the interval's mean TTFT and ITL with
+    their targets and moves one worker's GPUs to the pool further over its target. The cluster's
+    n_prefill / n_decode are the split it starts at; the splits are Game 1's
+    (poa_mc.games.splits). A new worker starts `startup_ms` after the GPUs it needs are free."""
+
+    gpu_budget: int
+    prefill_gpus: int = 1
+    decode_gpus: int = 1
+    interval_ms: float = 30_000.0
+    startup_ms: float = 0.0
+    ttft_ms: float = 0.0  # TTFT target
+    itl_ms: float = 0.0  # ITL target
+    log_moves: int = 256
+
+    def splits(self) -> list[tuple[int, int]]:
+        return budget_splits(self.gpu_budget, self.prefill_gpus, self.decode_gpus)
+
+    def validate(self, path: str = "planner") -> None:
+        for name in ("gpu_budget", "prefill_gpus", "decode_gpus"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if len(self.splits()) < 2:
+            raise SpecError(f"{path}.gpu_budget", "makes fewer than 2 splits: the planner has nowhere to move")
+        if not self.interval_ms >= 1.0:
+            raise SpecError(f"{path}.interval_ms", f"must be >= 1 ms, got {self.interval_ms}")
+        if not self.startup_ms >= 0:
+            raise SpecError(f"{path}.startup_ms", f"must be >= 0 ms, got {self.startup_ms}")
+        for name in ("ttft_ms", "itl_ms"):
+            if not getattr(self, name) > 0:
+                raise SpecError(f"{path}.{name}", f"must be > 0 ms (the planner's target), got {getattr(self, name)}")
+        if self.log_moves < 0:
+            raise SpecError(f"{path}.log_moves", f"must be >= 0, got {self.log_moves}")
+
+
 @dataclass(frozen=True)
 class CellSpec:
     """One point of a grid: a cluster, a workload at one load, a timing profile and a policy."""
@@ -366,6 +415,7 @@ class CellSpec:
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     profile: ProfileSpec = field(default_factory=ProfileSpec)
     policy: PolicySpec = field(default_factory=PolicySpec)
+    planner: PlannerSpec | None = None
 
     def validate(self) -> None:
         self.cluster.validate("cluster")
@@ -412,10 +462,24 @@ class CellSpec:
             raise SpecError(
                 "policy.cache", "global pools the prefill workers' caches: it needs cluster.flow = prefill_first"
             )
+        if self.planner is not None:
+            self._validate_planner()
         if self.policy.kind == "power_of_d" and self.policy.d > self._n_candidates():
             raise SpecError("policy.d", f"d={self.policy.d} exceeds the {self._n_candidates()} candidate workers")
         if w.arrival == "closed" and w.concurrency > c.max_inflight:
             raise SpecError("workload.concurrency", f"exceeds cluster.max_inflight ({c.max_inflight})")
+
+    def _validate_planner(self) -> None:
+        pl, c = self.planner, self.cluster
+        pl.validate("planner")
+        if c.flow != "prefill_first":
+            raise SpecError("planner", "moves the split of Dynamo 0.9's path: it needs cluster.flow = prefill_first")
+        if self.policy.kind in ("pull", "batch"):
+            raise SpecError("policy.kind", f"{self.policy.kind} cannot follow the planner's moving pools")
+        if self.policy.cache == "global":
+            raise SpecError("policy.cache", "a pooled prefill cache cannot follow the planner's moving pools")
+        if (c.n_prefill, c.n_decode) not in pl.splits():
+            raise SpecError("cluster.n_prefill", f"{c.n_prefill}P/{c.n_decode}D is not a split of the planner's budget")
 
     def _n_candidates(self) -> int:
         return self.cluster.n_prefill if self.cluster.flow == "prefill_first" else self.cluster.n_decode

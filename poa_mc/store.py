@@ -135,6 +135,8 @@ class RunDir:
     poa_path = property(lambda self: self.root / "poa.parquet")
     pd_game_path = property(lambda self: self.root / "pd_game.parquet")
     cache_game_path = property(lambda self: self.root / "cache_game.parquet")
+    planner_path = property(lambda self: self.root / "planner.parquet")
+    planner_moves_path = property(lambda self: self.root / "planner_moves.parquet")
     plots_dir = property(lambda self: self.root / "plots")
 
     def sample_path(self, cell_id: str) -> Path:

@@ -165,12 +165,53 @@ def test_global_cache_pools_the_prefill_workers_blocks():
     assert pooled["cached_blocks"].max() <= 8
 
 
+def _planner_cell(n_p, n_d, *, ttft_ms=1e9, itl_ms=1e9, interval_ms=2000.0, startup_ms=0.0):
+    from poa_mc.spec import PlannerSpec
+
+    spec = cell(
+        n_p=n_p, n_d=n_d, concurrency=24, isl=Dist("uniform", low=256, high=3000), osl=Dist("uniform", low=8, high=96)
+    )
+    planner = PlannerSpec(gpu_budget=6, interval_ms=interval_ms, startup_ms=startup_ms, ttft_ms=ttft_ms, itl_ms=itl_ms)
+    return replace(spec, cluster=replace(spec.cluster, n_prefill=n_p, n_decode=n_d), planner=planner)
+
+
+def test_a_planner_that_never_moves_is_the_fixed_split():
+    # targets nothing misses: the planner keeps 2P/4D; the idle workers of the other splits it
+    # holds change no event, no decision and no random draw
+    moving = simulate(_planner_cell(2, 4), **RUN)
+    fixed = simulate(replace(_planner_cell(2, 4), planner=None), **RUN)
+    assert (moving.replica["planner_moves"] == 0).all()
+    for k in fixed.samples:
+        assert np.array_equal(moving.samples[k], fixed.samples[k]), k
+
+
+def test_a_planner_over_its_ttft_target_takes_decode_gpus_one_interval_at_a_time():
+    # TTFT can never meet 1 ms and ITL always meets its target: every interval moves one decode
+    # worker's GPUs to the prefill pool, until the last split (5P/1D of 6 GPUs)
+    run = dict(RUN, requests=1500)
+    res = simulate(_planner_cell(1, 5, ttft_ms=1.0, interval_ms=1500.0, startup_ms=300.0), **run)
+    log = res.extra["move_log"]
+    assert (res.replica["planner_moves"] == 4).all()
+    np.testing.assert_array_equal(log[:, :4, 1], np.tile([2, 3, 4, 5], (log.shape[0], 1)))  # prefill workers
+    np.testing.assert_array_equal(log[:, :4, 2], np.tile([4, 3, 2, 1], (log.shape[0], 1)))  # decode workers
+    gaps = np.diff(np.concatenate([np.zeros((log.shape[0], 1)), log[:, :4, 0]], axis=1), axis=1)
+    assert (gaps >= 1500.0 + 300.0).all()  # an interval, then a drain, then the start-up
+    assert np.isnan(log[:, 4:, 0]).all()
+    # no request goes to a decode worker the planner has taken away (it stops taking requests
+    # when the move is decided, before the move completes)
+    decided, worker = res.candidates["decode_decided_ms"], res.samples["decode_worker"]
+    for r in range(log.shape[0]):
+        for t, n_d in zip(log[r, :4, 0], log[r, :4, 2]):
+            assert (worker[r][decided[r] >= t] < n_d).all()
+    assert (worker[:, :50] == 4).any()  # the fifth decode worker served before it was taken
+
+
 def test_cuda_target_matches_cpu_under_simulator(tmp_path):
     script = textwrap.dedent("""
         import warnings, numpy as np
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
-        from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PolicySpec, WorkloadSpec
+        from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
         # (flow, policy, event delay, decode kv blocks, temperature, transfer ms): the last three
         # put decode workers under KV pressure (preemption), sample the decode choice, and run the
         # transfer handshake
@@ -183,18 +224,24 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12),
                  ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30)]
+                 ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
+                 ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
-                "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global")}
+                "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
+                "planner": dict(kind="kv")}
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
+            planner = None
+            if pol == "planner":  # both targets missed: it moves every 20 ms interval
+                planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
                                                   prefix_groups=3, concurrency=6),
-                            policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}))
+                            policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
+                            planner=planner)
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a = simulate(spec, backend="cpu", **kw)
             b = simulate(spec, backend="cuda", **kw)
@@ -205,6 +252,9 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.candidates[k], b.candidates[k], equal_nan=True), (flow, k)
             for k in a.replica:
                 assert np.array_equal(a.replica[k], b.replica[k]), (flow, pol, k)
+            if pol == "planner":
+                assert a.replica["planner_moves"].sum() > 0
+                assert np.array_equal(a.extra["move_log"], b.extra["move_log"], equal_nan=True)
             if pol == "adaptive":
                 assert a.replica["switches"].sum() > 0
                 assert np.array_equal(a.extra["switch_log"], b.extra["switch_log"], equal_nan=True)

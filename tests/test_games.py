@@ -6,7 +6,15 @@ import pytest
 from click.testing import CliRunner
 
 from poa_mc.config import ConfigError, loads_grid
-from poa_mc.games import best_response, cache_game_frame, pd_moves, ratio_of_independent, splits, working_set_blocks
+from poa_mc.games import (
+    best_response,
+    cache_game_frame,
+    pd_moves,
+    planner_runs,
+    ratio_of_independent,
+    splits,
+    working_set_blocks,
+)
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -279,3 +287,74 @@ def test_game_presets_load():
     kinds = {p.name: (p.kind, p.cache) for p in cache.policies}
     assert kinds["global"] == ("kv", "global") and kinds["hash"][0] == "hash"
     assert load_grid(builtin_grids()["pd-game"]).pd_game.gpu_budget == 16
+
+
+# ---- the Planner moving Game 1's split
+
+PLANNER = (
+    PD
+    + '\n[games.pd.planner]\ninterval_ms = 200.0\nstarts = ["1P/3D", "3P/1D"]\n'
+    + "\n[slo]\nttft_ms = 150.0\nitl_ms = 30.0\n"
+)
+
+
+def test_games_pd_planner_adds_a_run_from_each_start_and_is_validated():
+    grid = loads_grid(PLANNER)
+    assert [t.label for t in grid.topologies] == ["1P/3D", "2P/2D", "3P/1D", "1P/3D planner", "3P/1D planner"]
+    planner = grid.pd_game.planner
+    assert (planner.interval_ms, planner.ttft_ms, planner.itl_ms, planner.startup_ms) == (200.0, 150.0, 30.0, 0.0)
+    cells = [c for c in grid.cells() if c.topology.endswith("planner")]
+    assert len(cells) == 2 * 2 * 2 and all(c.spec.planner == planner for c in cells)  # starts x loads x policies
+    assert all(c.spec.planner is None for c in grid.cells() if not c.topology.endswith("planner"))
+    assert "planner" not in loads_grid(PD).to_dict()["pd_game"]  # a game without it keeps its fingerprint
+    every = loads_grid(PLANNER.replace('starts = ["1P/3D", "3P/1D"]\n', ""))
+    assert sum(t.planner for t in every.topologies) == 3  # default: from every split
+
+    def err(text: str) -> str:
+        with pytest.raises(ConfigError) as e:
+            loads_grid(text)
+        return e.value.path
+
+    assert err(PLANNER.replace('"3P/1D"]', '"4P/0D"]')) == "games.pd.planner.starts[1]"
+    assert err(PLANNER.replace('"3P/1D"]', '"1P/3D"]')) == "games.pd.planner.starts[1]"
+    assert err(PLANNER.replace("interval_ms = 200.0", "interval_ms = 0.5")) == "games.pd.planner.interval_ms"
+    assert err(PLANNER.replace("interval_ms = 200.0", "interval = 200.0")) == "games.pd.planner.interval"
+    assert err(PLANNER.replace("itl_ms = 30.0\n", "")) == "games.pd.planner"  # its targets come from [slo]
+    assert err(PLANNER.replace('kind = "kv"', 'kind = "pull"', 1)) == "policy[0].kind"
+
+
+def test_planner_runs_shares_reversals_and_final_split():
+    path = [(1, 3), (2, 2), (3, 1)]
+    nan = np.nan
+    # replica 0: 1P -> 2P at 10 -> 3P at 30 -> 2P at 50 (a reversal) in the window [20, 60];
+    # replica 1 never moves
+    ms = np.array([[10.0, 30.0, 50.0], [nan, nan, nan]])
+    n_p = np.array([[2.0, 3.0, 2.0], [nan, nan, nan]])
+    runs = planner_runs(path, (1, 3), ms, n_p, np.array([20.0, 20.0]), np.array([60.0, 60.0]))
+    np.testing.assert_allclose(runs.share[0], [0.0, 0.5, 0.5])  # 2P on [20, 30] and [50, 60], 3P on [30, 50]
+    np.testing.assert_allclose(runs.share[1], [1.0, 0.0, 0.0])
+    assert runs.final.tolist() == [1, 0] and runs.moves.tolist() == [3, 0] and runs.reversals.tolist() == [1, 0]
+
+
+def test_a_planner_run_writes_its_table_plot_and_summary(tmp_path):
+    from poa_mc.cli.main import main
+
+    from poa_mc.runner import run_grid
+
+    text = PLANNER.replace("requests = 48", "requests = 600").replace("replicas = 6", "replicas = 3")
+    out = tmp_path / "run"
+    report = run_grid(loads_grid(text), out=out, quiet=True)
+    assert report.reduced and (out / "plots" / "planner.png").exists()
+    frame = pl.read_parquet(out / "planner.parquet")
+    assert frame.height == 2 * 2 * 2 * 3  # loads x starts x policies x splits
+    for _, d in frame.group_by(["concurrency", "start", "policy"]):
+        assert d["time_share"].sum() == pytest.approx(1.0)
+        assert d["final_share"].sum() == pytest.approx(1.0)
+    static = pl.read_parquet(out / "pd_game.parquet")
+    assert static.height == 2 * 3  # the planner's cells are not splits of the static game
+    moves = pl.read_parquet(out / "planner_moves.parquet")
+    assert (moves.filter(pl.col("from_ms") == 0)["split"] == moves.filter(pl.col("from_ms") == 0)["start"]).all()
+    summary = pl.read_parquet(out / "summary.parquet").filter(pl.col("topology").str.ends_with("planner"))
+    assert np.isnan(summary["poa_hat"].to_numpy()).all() and np.isnan(summary["prefill_util"].to_numpy()).all()
+    r = CliRunner().invoke(main, ["games", str(out)])
+    assert r.exit_code == 0 and "Planner" in r.output and "PoA_PD" in r.output
