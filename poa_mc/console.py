@@ -28,6 +28,7 @@ class RunConsole:
         self.t0 = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
+        self._sum_task: Any = None
 
     def __enter__(self) -> RunConsole:
         return self
@@ -35,7 +36,7 @@ class RunConsole:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start_bar(self) -> None:
+    def _start_bar(self, simulating: bool = True) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -48,7 +49,8 @@ class RunConsole:
             console=Console(file=self.stream),
             transient=False,
         )
-        self._task = self._bar.add_task("simulating", total=max(self.total_cost, 1e-9), cells="", rate="")
+        if simulating:
+            self._task = self._bar.add_task("simulating", total=max(self.total_cost, 1e-9), cells="", rate="")
         self._bar.start()
 
     def note(self, message: str) -> None:
@@ -79,10 +81,24 @@ class RunConsole:
                 flush=True,
             )
 
+    def summarising(self, done: int, total: int) -> None:
+        """Progress through the summary: a bar on a terminal, else a line at each tenth."""
+        if self.quiet:
+            return
+        if self.tty:
+            if self._bar is None:
+                self._start_bar(simulating=False)
+            if self._sum_task is None:
+                self._sum_task = self._bar.add_task("summarising", total=total, cells="", rate="")
+            self._bar.update(self._sum_task, completed=done, cells=f"{done}/{total} cells")
+        elif done == total or done * 10 // total > (done - 1) * 10 // total:
+            print(f"summarised {done}/{total} cells", file=self.stream, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        self._sum_task = None
 
 
 def _si(x: float) -> str:

@@ -154,6 +154,16 @@ def zipf_cdf(n: int, alpha: float) -> np.ndarray:
     return c
 
 
+def pool_sizes(spec: CellSpec) -> tuple[int, int]:
+    """The prefill and decode workers the kernels hold: the cluster's, or with a planner the most
+    of each pool any split has (the router then chooses among the active ones)."""
+    c = spec.cluster
+    if spec.planner is not None:
+        path = spec.planner.splits()
+        return max(s[0] for s in path), max(s[1] for s in path)
+    return (0 if c.flow == "aggregated" else c.n_prefill), c.n_decode
+
+
 def n_candidates(spec: CellSpec) -> int:
     c = spec.cluster
     return c.n_prefill if c.flow == "prefill_first" else c.n_decode
@@ -173,18 +183,15 @@ def pack_params(
     """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
     spec.validate()
     c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
-    n_p = 0 if c.flow == "aggregated" else c.n_prefill
+    n_p, n_d = pool_sizes(spec)
     slots = w.concurrency if w.arrival == "closed" else c.max_inflight
     ip = np.zeros(L.NP_I, dtype=np.int64)
     fp = np.zeros(L.NF_P, dtype=np.float64)
     ip[L.P_NP] = n_p
-    ip[L.P_ND] = c.n_decode
+    ip[L.P_ND] = n_d
     pl = spec.planner
     if pl is not None:
-        # the kernel holds the workers of every split; the router chooses among the active ones
         path = pl.splits()
-        ip[L.P_NP] = max(s[0] for s in path)
-        ip[L.P_ND] = max(s[1] for s in path)
         ip[L.P_PLAN] = 1
         ip[L.P_PL_G], ip[L.P_PL_GP], ip[L.P_PL_GD] = pl.gpu_budget, pl.prefill_gpus, pl.decode_gpus
         ip[L.P_PL_I0] = path.index((c.n_prefill, c.n_decode))

@@ -365,17 +365,21 @@ def planner_runs(
     return PlannerRuns(path, share, final, moves, reversals, path.index(start), move_ms, move_to, np.asarray(t1))
 
 
+def _planner_cells(cells, runs: dict[str, PlannerRuns]):  # noqa: ANN001, ANN202 - a polars frame in
+    """(cell row, its PlannerRuns, the load column) for each planner cell, in grid order."""
+    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
+    for cell in cells.sort("index").iter_rows(named=True):
+        if cell["cell_id"] in runs:
+            yield cell, runs[cell["cell_id"]], load_col
+
+
 def planner_moves_frame(cells, runs: dict[str, PlannerRuns]):  # noqa: ANN001, ANN201 - polars frames
     """planner_moves.parquet: every replica's path, one row per split it was at: from and until
     (ms; 0 for the start, the run's end for the last), the split, and its workers."""
     import polars as pl
 
-    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
     rows = []
-    for cell in cells.sort("index").iter_rows(named=True):
-        run = runs.get(cell["cell_id"])
-        if run is None:
-            continue
+    for cell, run, load_col in _planner_cells(cells, runs):
         for k in range(run.share.shape[0]):
             steps = [(0.0, run.start)] + [
                 (float(t), int(i)) for t, i in zip(run.move_ms[k], run.move_to[k]) if i >= 0
@@ -400,12 +404,8 @@ def planner_frame(cells, runs: dict[str, PlannerRuns], pd_game, summary=None, ga
 
     from poa_mc.estimators import t_interval
 
-    load_col = "concurrency" if cells["load_axis"][0] == "concurrency" else "rate"
     rows = []
-    for cell in cells.sort("index").iter_rows(named=True):
-        run = runs.get(cell["cell_id"])
-        if run is None:
-            continue
+    for cell, run, load_col in _planner_cells(cells, runs):
         static = pd_game.filter(pl.col(load_col) == cell[load_col]) if pd_game is not None else None
         eq = set(static.filter(pl.col("is_equilibrium"))["n_prefill"].to_list()) if static is not None else set()
         opt = set(static.filter(pl.col("is_optimum"))["n_prefill"].to_list()) if static is not None else set()

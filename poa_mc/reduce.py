@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,12 +287,14 @@ def reduce_run(
     *,
     allow_partial: bool = False,
     overrides: dict[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rebuild summary.parquet and poa.parquet from the samples of a run directory.
 
     `overrides` replaces [poa] keys (window, slots, cost, social_cost, overlap_weight, freeze)
     for this reduction. Raises IncompleteRunError when cells are missing (unless allow_partial:
     then only complete cells, and only points whose policies are all complete, are reported).
+    `progress(done, total)`, when given, is called as each cell has been summarised.
     """
     run_dir = RunDir(root)
     manifest = run_dir.read_manifest()
@@ -329,9 +332,11 @@ def reduce_run(
         )
 
     stats: dict[str, CellStats] = {}
-    for cell in cells.sort("index").iter_rows(named=True):
-        if cell["cell_id"] in on_disk:
-            stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed, slo)
+    todo = [c for c in cells.sort("index").iter_rows(named=True) if c["cell_id"] in on_disk]
+    for i, cell in enumerate(todo):
+        stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed, slo)
+        if progress is not None:
+            progress(i + 1, len(todo))
 
     knees = _knees(cells, stats, seed, int(poa.get("bootstrap", 1000)))
     summary = _summary_frame(cells, stats, knees)

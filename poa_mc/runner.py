@@ -24,7 +24,7 @@ import poa_mc
 from poa_mc import speed
 from poa_mc.config import GridConfig
 from poa_mc.console import RunConsole
-from poa_mc.engine import EngineError
+from poa_mc.engine import EngineError, pool_sizes
 from poa_mc.grid import Cell, assign_shards, check_memory, estimate_cost
 from poa_mc.store import RunDir, fingerprint, git_commit, samples_frame
 
@@ -257,8 +257,11 @@ def run_grid(
     costs = {c.cell_id: estimate_cost(c, grid.run) for c in todo}
     console = RunConsole(len(todo), sum(costs.values()), quiet=quiet)
     if todo and simulate is _ENGINE and _kernels_cold(backend):
-        console.note(f"compiling the {backend} kernels (once per machine and poa-mc version; about 45 s on 2 cores)")
+        console.note(
+            f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
+        )
     r = grid.run
+    width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
     timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
     try:
         for cell in todo:
@@ -298,14 +301,13 @@ def run_grid(
                 "sim_rps": simulated / wall if wall > 0 else None,
                 "shard": list(shard) if shard else None,
             }
-            frame = samples_frame(res.samples, res.candidates or None)
+            frame = samples_frame(res.samples, res.candidates or None, width=width)
             # Per-replica window and request counts travel with the samples so reduce needs no engine.
             frame = _attach_replica_columns(frame, res.replica, r.requests)
             extra = getattr(res, "extra", {})
-            if extra.get("switch_log") is not None:
-                frame = _attach_log(frame, extra["switch_log"], r.requests, SWITCH_LOG_COLUMNS)
-            if extra.get("move_log") is not None:
-                frame = _attach_log(frame, extra["move_log"], r.requests, MOVE_LOG_COLUMNS)
+            # every cell has the log columns (null without that log): one schema for the grid
+            frame = _attach_log(frame, extra.get("switch_log"), r.requests, SWITCH_LOG_COLUMNS)
+            frame = _attach_log(frame, extra.get("move_log"), r.requests, MOVE_LOG_COLUMNS)
             run_dir.write_cell(cell.cell_id, frame, meta)
             report.ran.append(cell.cell_id)
             console.cell_done(cell.label(), costs[cell.cell_id], simulated, wall)
@@ -325,7 +327,8 @@ def run_grid(
 
         console.note(f"summarising {len(cells)} cells")
         try:
-            reduce_run(out)
+            reduce_run(out, progress=console.summarising)
+            console.close()
         except KeyboardInterrupt:
             run_dir.remove_own_temporaries()
             raise Interrupted(out, report.complete, len(cells)) from None
@@ -358,10 +361,13 @@ SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 
 MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
 
 
-def _attach_log(frame: pl.DataFrame, log: np.ndarray, requests: int, names: tuple[str, ...]) -> pl.DataFrame:
+def _attach_log(frame: pl.DataFrame, log: np.ndarray | None, requests: int, names: tuple[str, ...]) -> pl.DataFrame:
     """A per-replica event log (replicas, S, 3), the j-th event of a replica on its j-th row: a
     time in ms, then two small integers (the controller's regime switches, the planner's moves),
-    null past its last logged event."""
+    null past its last logged event, and null throughout without a log."""
+    if log is None:
+        r = frame["replica"].n_unique() if frame.height else 0
+        log = np.full((r, 0, 3), np.nan)
     r, s, _ = log.shape
     cols = {}
     for i, name in enumerate(names):
@@ -369,7 +375,7 @@ def _attach_log(frame: pl.DataFrame, log: np.ndarray, requests: int, names: tupl
         m = min(s, requests)
         full[:, :m] = log[:, :m, i]
         series = pl.Series(name, full.reshape(-1), nan_to_null=True)
-        cols[name] = series if i == 0 else series.cast(pl.Int8)
+        cols[name] = series if i == 0 else series.cast(pl.Int32)
     return frame.with_columns(cols.values())
 
 

@@ -343,12 +343,14 @@ def _first_difference(a: Any, b: Any, ignore: set[str], path: str = "") -> str |
     return None if a == b else f"{path} ({a!r} there, {b!r} here)"
 
 
-def samples_frame(samples: dict[str, Any], candidates: dict[str, Any] | None) -> pl.DataFrame:
+def samples_frame(samples: dict[str, Any], candidates: dict[str, Any] | None, width: int | None = None) -> pl.DataFrame:
     """Flatten a SimResult's (replicas, requests[, K]) arrays into one row per measured request.
 
     Columns: `replica` (Int32) first, then every samples array in the engine's order, then, when
     recorded, `chosen` (Int32) and the candidate arrays as fixed-size list columns
-    (Array(Float64, K)): everything reduce needs to recompute PoA-hat from disk.
+    (Array(Float64, width)): everything reduce needs to recompute PoA-hat from disk. `width`
+    (at least K; default K) pads the candidate columns with NaN, so that the cells of one grid,
+    whatever their topologies, share one schema.
     """
     import numpy as np
 
@@ -362,6 +364,9 @@ def samples_frame(samples: dict[str, Any], candidates: dict[str, Any] | None) ->
             arr = np.ascontiguousarray(arr)
             if arr.ndim == 2:
                 cols[name] = pl.Series(name, arr.reshape(r * n))
-            else:
-                cols[name] = pl.Series(name, arr.reshape(r * n, arr.shape[2]))
+                continue
+            k = arr.shape[2]
+            if width is not None and width > k:
+                arr = np.concatenate([arr, np.full((r, n, width - k), np.nan)], axis=2)
+            cols[name] = pl.Series(name, arr.reshape(r * n, arr.shape[2]))
     return pl.DataFrame(cols)

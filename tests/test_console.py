@@ -62,3 +62,28 @@ def test_progress_off_a_terminal_is_one_line_per_cell_and_quiet_is_silent():
     con.note("x")
     con.cell_done("a", 1.0, 1.0, 1.0)
     assert quiet.getvalue() == ""
+
+
+def test_summarising_progress_off_a_terminal_is_a_line_per_tenth():
+    buf = io.StringIO()
+    con = RunConsole(0, 0.0, stream=buf)
+    for i in range(1, 26):
+        con.summarising(i, 25)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "summarised 3/25 cells" and lines[-1] == "summarised 25/25 cells"
+    assert len(lines) == 10
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_summarising_progress_on_a_terminal_is_a_bar_without_a_simulating_one():
+    buf = _Tty()
+    con = RunConsole(0, 0.0, stream=buf)
+    for i in range(1, 4):
+        con.summarising(i, 3)
+    con.close()
+    out = buf.getvalue()
+    assert "summarising" in out and "3/3 cells" in out and "simulating" not in out

@@ -70,7 +70,8 @@ def test_csv_round_trip(run_dir, tmp_path):
     back = pl.read_csv(dest / "samples.csv", infer_schema_length=None)
     parts = _samples(run_dir)
     widest = max(df.schema["cand_tokens"].size for _, df in parts)
-    assert min(df.schema["cand_tokens"].size for _, df in parts) < widest  # two widths: padding is exercised
+    # one schema across the cells of a run: the narrower topology's columns are NaN-padded
+    assert min(df.schema["cand_tokens"].size for _, df in parts) == widest
     assert back.columns[0] == "cell_id"
     assert [c for c in back.columns if c.startswith("cand_tokens_")] == [f"cand_tokens_{i}" for i in range(widest)]
     assert back.height == sum(df.height for _, df in parts)
@@ -89,7 +90,7 @@ def test_csv_round_trip(run_dir, tmp_path):
                         assert col.null_count() == df.height  # narrower cell: padded with empty fields
             else:
                 _same(got.select(pl.col(name).cast(dtype)), df.select(name))
-    assert back[f"cand_tokens_{widest - 1}"].null_count() > 0
+    assert back[f"cand_tokens_{widest - 1}"].is_nan().any()
 
 
 def test_json_is_ndjson_and_round_trips(run_dir, tmp_path):

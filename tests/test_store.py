@@ -78,3 +78,16 @@ def test_cell_commit_point_is_the_samples_file(tmp_path):
     m = run_dir.finalize_manifest()
     assert m["cells"][cid]["wall_s"] == 1.0
     assert not list(run_dir.samples_dir.rglob("*.tmp"))
+
+
+def test_samples_frame_pads_candidates_to_the_grids_width():
+    from poa_mc.store import samples_frame
+
+    samples = {"ttft_ms": np.ones((2, 3))}
+    cands = {"cand_tokens": np.arange(12.0).reshape(2, 3, 2), "chosen": np.zeros((2, 3), dtype=np.int32)}
+    df = samples_frame(samples, cands, width=4)
+    assert df.schema["cand_tokens"] == pl.Array(pl.Float64, 4)
+    got = np.stack(df["cand_tokens"].to_numpy())
+    np.testing.assert_array_equal(got[:, :2], np.arange(12.0).reshape(6, 2))
+    assert np.isnan(got[:, 2:]).all()
+    assert samples_frame(samples, cands).schema["cand_tokens"] == pl.Array(pl.Float64, 2)
