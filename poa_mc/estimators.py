@@ -399,23 +399,47 @@ def router_cost(tokens: np.ndarray, blocks: np.ndarray, block_size: int, overlap
 
 
 def prefill_ms_cost(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | None = None) -> np.ndarray:
-    """Predicted prefill time (ms) of `tokens` uncached tokens (no time for zero tokens)."""
+    """Predicted prefill time (ms) of `tokens` uncached tokens (no time for zero tokens): the
+    profile's pass time (poa_mc.profiles.prefill_ms, the kernels' formula) for a polynomial
+    profile; for a theory profile, whose pass serves one request, the share tokens / isl of one
+    request's service."""
+    from poa_mc.profiles import prefill_ms
+
     t = np.asarray(tokens, dtype=np.float64)
     if profile.kind == "polynomial":
-        ms = profile.p2 * t * t + profile.p1 * t + profile.p0
-    else:
-        if isl is None:
-            raise ValueError("theory profiles need the request's isl to count requests ahead")
-        ms = profile.prefill_ms * t / np.maximum(np.asarray(isl, dtype=np.float64)[..., None], 1.0)
+        return np.asarray(prefill_ms(profile, t), dtype=np.float64)
+    if isl is None:
+        raise ValueError("theory profiles need the request's isl to count requests ahead")
+    ms = profile.prefill_ms * t / np.maximum(np.asarray(isl, dtype=np.float64)[..., None], 1.0)
     return np.where(t > 0, ms, 0.0)
 
 
-def predicted_ttft_ms(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | None = None) -> np.ndarray:
+def recomputed_tokens(isl: np.ndarray, block_size: int) -> np.ndarray:
+    """Tokens a fully cached prompt still computes where vLLM caps a prefix hit below the prompt's
+    last token (cluster.recompute_last_block): its last block, isl - ((isl - 1) // B) B."""
+    n = np.asarray(isl, dtype=np.int64)
+    return n - ((n - 1) // block_size) * block_size
+
+
+def predicted_ttft_ms(
+    tokens: np.ndarray,
+    profile: ProfileSpec,
+    isl: np.ndarray | None = None,
+    *,
+    block_size: int = 64,
+    recompute_last_block: bool = False,
+) -> np.ndarray:
     """Predicted TTFT (ms) on a worker: the prefill of `tokens` uncached tokens plus the first decode
-    step (the profile's step time at an empty cache, a lower bound). The decode step keeps a fully
-    cached request's cost above zero, as its observed TTFT always is, so OPT never collapses to 0."""
+    step (the profile's step time at an empty cache, a lower bound). With recompute_last_block (and
+    `isl`), a worker is never priced below the last block the engine recomputes for a fully cached
+    prompt, as the engine charges it (a prefill pass, then the step); without it a fully cached
+    request costs the step alone."""
+    t = np.asarray(tokens, dtype=np.float64)
+    if recompute_last_block and isl is not None:
+        floor = recomputed_tokens(isl, block_size).astype(np.float64)
+        t = np.maximum(t, floor[..., None] if floor.ndim and floor.ndim < t.ndim else floor)
     first_step = profile.d0 if profile.kind == "polynomial" else profile.decode_ms
-    return prefill_ms_cost(tokens, profile, isl) + first_step
+    return prefill_ms_cost(t, profile, isl) + first_step
 
 
 def predicted_step_ms(blocks: np.ndarray, profile: ProfileSpec, kv_blocks: int, block_size: int) -> np.ndarray:
@@ -648,7 +672,12 @@ def windowed_poa(realized: np.ndarray, frozen: np.ndarray, chosen: np.ndarray, w
 
 
 def _pricer(
-    cost: str, block_size: int, overlap_weight: float, profile: ProfileSpec | None, kv_blocks: int = 16384
+    cost: str,
+    block_size: int,
+    overlap_weight: float,
+    profile: ProfileSpec | None,
+    kv_blocks: int = 16384,
+    recompute_last_block: bool = False,
 ) -> Pricer:
     """The cost of (tokens, blocks) on a worker, for the `router` and the predicted-TTFT flavours
     (`decode_step` / `observed_step`: the prefill_first decode decision, priced by its first step)."""
@@ -656,7 +685,9 @@ def _pricer(
         return lambda tok, blk, isl: router_cost(tok, blk, block_size, overlap_weight)
     prof = profile or ProfileSpec()
     if cost in ("ttft", "observed"):
-        return lambda tok, blk, isl: predicted_ttft_ms(tok, prof, isl)
+        return lambda tok, blk, isl: predicted_ttft_ms(
+            tok, prof, isl, block_size=block_size, recompute_last_block=recompute_last_block
+        )
     if cost in ("decode_step", "observed_step"):
         return lambda tok, blk, isl: predicted_step_ms(blk, prof, kv_blocks, block_size)
     raise ValueError(f"unknown PoA-hat cost {cost!r}")
@@ -683,6 +714,7 @@ def poa_hat_from_candidates(
     decided_ms: np.ndarray | None = None,
     released_tokens_ms: np.ndarray | None = None,
     released_blocks_ms: np.ndarray | None = None,
+    recompute_last_block: bool = False,
 ) -> PoaHat:
     """PoA-hat of one cell from the router's recorded view (see the module docstring).
 
@@ -693,10 +725,12 @@ def poa_hat_from_candidates(
     the router could make stays feasible; fewer slots void the OPT <= ACTUAL guarantee) and
     ceil(window / K) under frozen pricing. freeze=False turns all load accounting off: every slot
     of a worker is priced at the recorded cost. K = 1 gives an undefined PoaHat.
+    recompute_last_block (the cluster's): the ttft flavours price a prompt the router sees fully
+    cached at the last block the engine recomputes (predicted_ttft_ms).
     """
     if pricing not in ("slot", "frozen"):
         raise ValueError(f"unknown PoA-hat pricing {pricing!r} (slot or frozen)")
-    price = _pricer(cost, block_size, overlap_weight, profile, decode_kv_blocks)
+    price = _pricer(cost, block_size, overlap_weight, profile, decode_kv_blocks, recompute_last_block)
     observed = cost in ("observed", "observed_step")
     if observed and ttft_ms is None:
         raise ValueError("cost='observed' needs the observed ttft_ms (R, N)")

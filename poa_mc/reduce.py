@@ -261,6 +261,7 @@ def _poa_hat_stage(
         decided_ms=t_dec,
         released_tokens_ms=rel_t,
         released_blocks_ms=rel_b,
+        recompute_last_block=bool(cluster.recompute_last_block),
     )
     if ph.defined and ph.windows:
         _put(row, "poa_hat", ph.estimate())

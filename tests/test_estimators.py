@@ -771,3 +771,17 @@ def test_requests_done_before_the_next_decision_leave_nothing_to_coordinate():
     assert timed.estimate().value == pytest.approx(1.0, abs=1e-12)
     untimed = poa_hat_from_candidates(tok, blk, chosen, **kw)
     assert untimed.estimate().value > 1.05
+
+
+def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
+    from poa_mc.estimators import recomputed_tokens
+
+    p = ProfileSpec()
+    isl = np.array([[4096, 4100]])
+    np.testing.assert_array_equal(recomputed_tokens(isl, 64), [[64, 4]])
+    tokens = np.array([[[0.0, 500.0], [0.0, 2.0]]])  # (R, N, K): one worker sees the prompt fully cached
+    got = predicted_ttft_ms(tokens, p, isl, block_size=64, recompute_last_block=True)
+    want = prefill_ms_cost(np.array([[[64.0, 500.0], [4.0, 4.0]]]), p) + p.d0
+    np.testing.assert_allclose(got, want)
+    # without the cap a fully cached prompt costs the first step alone, as before
+    np.testing.assert_allclose(predicted_ttft_ms(tokens, p, isl)[0, 0, 0], p.d0)
