@@ -365,9 +365,10 @@ def _attach_log(frame: pl.DataFrame, log: np.ndarray | None, requests: int, name
     """A per-replica event log (replicas, S, 3), the j-th event of a replica on its j-th row: a
     time in ms, then two small integers (the controller's regime switches, the planner's moves),
     null past its last logged event, and null throughout without a log."""
-    if log is None:
-        r = frame["replica"].n_unique() if frame.height else 0
-        log = np.full((r, 0, 3), np.nan)
+    if log is None:  # all null: no buffers the size of the samples
+        return frame.with_columns(
+            pl.lit(None, dtype=pl.Float64 if i == 0 else pl.Int32).alias(name) for i, name in enumerate(names)
+        )
     r, s, _ = log.shape
     cols = {}
     for i, name in enumerate(names):
