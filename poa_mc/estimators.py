@@ -332,7 +332,9 @@ def _load_before(
     out = np.asarray(released, dtype=np.float64)[:, :m].reshape(shape)
     earlier = np.tril(np.ones((window, window), dtype=bool), -1)  # [i, e]: e before i
     present = earlier & (out[:, :, None, :] > t[:, :, :, None])  # e's load still there at i
-    return np.einsum("rwie,rwek->rwik", present.astype(np.float64), onehot)
+    # a batched (window x window) @ (window x K) product: matmul runs it ~10x faster than einsum's
+    # loops, with the same sums (whole numbers of tokens or blocks: exact in float64)
+    return np.matmul(present.astype(np.float64), onehot)
 
 
 def _transient(
