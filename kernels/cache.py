@@ -55,7 +55,9 @@ def build(jit, jit_inline=None):
             h = rep_i[r, RI_EVH]
             if ev[r, h, 0] > now:
                 break
-            pc[r, np.int64(ev[r, h, 1]), np.int64(ev[r, h, 2]), 3] = np.int64(ev[r, h, 3])
+            w = np.int64(ev[r, h, 1])
+            if w >= 0:  # -1: the worker restarted since (kernels/planner.py), its news are void
+                pc[r, w, np.int64(ev[r, h, 2]), 3] = np.int64(ev[r, h, 3])
             rep_i[r, RI_EVH] = (h + 1) % cap
             rep_i[r, RI_EVN] -= 1
 

@@ -182,6 +182,7 @@ from .layout import (
 )
 
 INF = math.inf
+NAN = math.nan
 _ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses 100 + i)
 
 
@@ -1041,6 +1042,10 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
         slot_i[r, s, SI_STATE] = ST_PREFILL
         lo = np.int64(0) if prefill_first else n_p
         k = rep_i[r, RI_NPA] if prefill_first else rep_i[r, RI_NDA]  # the workers the router may choose
+        if ip[P_PLAN] == 1 and ip[P_RECORD] == 1 and meas >= 0:
+            for w in range(cand.shape[2]):  # the planner's inactive workers were no candidates
+                cand[r, meas, w, 0] = NAN
+                cand[r, meas, w, 1] = NAN
         record_candidates(ip, slot_i, wk_i, pc, cand, r, s, lo, k, True)
         if prefill_first and policy == POL_PULL:
             q_push(queue, wk_i, r, n_p + n_d, s, ip[P_Q])

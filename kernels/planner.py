@@ -51,6 +51,8 @@ from .layout import (
     RF_PL_ST,
     RF_PL_ST2,
     RF_PL_T0,
+    RI_EVH,
+    RI_EVN,
     RI_NDA,
     RI_NPA,
     RI_PL_I,
@@ -149,8 +151,14 @@ def build(jit):
         return True
 
     @jit
-    def fresh(ip, wk_i, pc, r, w):
-        """Worker w starts: an empty cache (the router hears of it at once)."""
+    def fresh(ip, wk_i, pc, ev, rep_i, r, w):
+        """Worker w starts: an empty cache (the router hears of it at once, and cache events of
+        its earlier life still on their way are voided)."""
+        cap = ev.shape[1]
+        for j in range(rep_i[r, RI_EVN]):
+            i = (rep_i[r, RI_EVH] + j) % cap
+            if np.int64(ev[r, i, 1]) == w:
+                ev[r, i, 1] = -1.0
         for g in range(ip[P_G]):
             for j in range(4):
                 pc[r, w, g, j] = 0
@@ -163,7 +171,7 @@ def build(jit):
         wk_i[r, w, WI_AB] = 0
 
     @jit
-    def tick(ip, fp, wk_i, wk_f, pc, rep_i, rep_f, r, t, t_last):
+    def tick(ip, fp, wk_i, wk_f, pc, ev, rep_i, rep_f, r, t, t_last):
         """Every step due by t; `t_last` is the time of the last event processed (the state now)."""
         if ip[P_PLAN] == 0:
             return
@@ -185,11 +193,11 @@ def build(jit):
                     return
                 if to > i:
                     for w in range(i + 1, to + 1):
-                        fresh(ip, wk_i, pc, r, w)
+                        fresh(ip, wk_i, pc, ev, rep_i, r, w)
                     rep_i[r, RI_NPA] = to + 1
                 else:
                     for w in range(n_p + split_nd(ip, i), n_p + split_nd(ip, to)):
-                        fresh(ip, wk_i, pc, r, w)
+                        fresh(ip, wk_i, pc, ev, rep_i, r, w)
                     rep_i[r, RI_NDA] = split_nd(ip, to)
                 rep_i[r, RI_PL_I] = to
                 rep_i[r, RI_PL_TO] = -1

@@ -502,7 +502,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, jit_inl
                 rep_i[r, RI_STATUS] = STATUS_STALL
                 break
             if ip[P_PLAN] == 1:
-                pl_tick(ip, fp, wk_i, wk_f, pc, rep_i, rep_f, r, t, rep_f[r, RF_T])
+                pl_tick(ip, fp, wk_i, wk_f, pc, ev, rep_i, rep_f, r, t, rep_f[r, RF_T])
             rep_f[r, RF_T] = t
             for w in range(n_p):
                 if wk_f[r, w, WF_BUSY] == t:

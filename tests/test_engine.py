@@ -315,3 +315,21 @@ def test_router_sees_cache_events_late_when_delayed():
     assert hit["now"] > hit["never"] + 0.05, hit
     assert not np.array_equal(later.samples["decode_worker"], now.samples["decode_worker"])
     assert (later.replica["written"] == RUN["requests"]).all()
+
+
+def test_a_restarted_worker_starts_empty_even_with_delayed_cache_events():
+    # cache events take 5 s to reach the router, longer than a move takes: the news of a removed
+    # worker's old cache must not reach the router after it restarted empty
+    run = dict(RUN, requests=1500)
+    spec = _planner_cell(1, 5, ttft_ms=1.0, interval_ms=1500.0, startup_ms=300.0)
+    spec = replace(spec, cluster=replace(spec.cluster, kv_event_delay_ms=5000.0))
+    res = simulate(spec, **run)
+    assert (res.replica["planner_moves"] == 4).all() and (res.replica["status"] == 0).all()
+    # the router never saw a decode worker the planner had taken away: its columns are NaN then
+    decided, tokens = res.candidates["decode_decided_ms"], res.candidates["cand_tokens"]
+    log = res.extra["move_log"]
+    n_p = 5  # the most prefill workers of any split of 6 GPUs (the decode columns start after them)
+    for r in range(log.shape[0]):
+        late = decided[r] >= log[r, 3, 0]  # after the last move: one decode worker
+        assert np.isnan(tokens[r][late][:, n_p + 1 :]).all()
+        assert np.isfinite(tokens[r][late][:, n_p]).all()
