@@ -14,7 +14,7 @@ setup(
         "poa_mc.cli": "cli",
         "poa_mc.data": "data",
     },
-    package_data={"poa_mc.data": ["grids/*.toml", "traces/*"]},
+    package_data={"poa_mc.data": ["grids/*.toml", "traces/*", "profiles/*.json", "profiles/NOTICE"]},
     install_requires=[
         "numpy>=1.26",
         "numba>=0.60",
@@ -28,6 +28,8 @@ setup(
         # pick the CuPy wheel that matches the driver's CUDA major version
         "gpu": ["numba-cuda>=0.20", "cupy-cuda12x>=13"],
         "gpu-cuda13": ["numba-cuda>=0.20", "cupy-cuda13x>=14"],
+        # aiconfigurator, to build aic timing tables (poa-mc profiles build-aic); ~600 MB with pandas, pyarrow
+        "aic": ["aiconfigurator-core>=0.12,<0.13"],
         "dev": ["pytest>=8", "ruff>=0.5", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],
     },
     entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:main"]},

@@ -497,6 +497,66 @@ def games(run_dir: Path) -> None:
             show(frame)
 
 
+@main.group()
+def profiles() -> None:
+    """Timing profiles: build an aic table from aiconfigurator."""
+
+
+@profiles.command("build-aic")
+@click.option("--model", required=True, help='aiconfigurator model, e.g. "nvidia/Llama-3.1-70B-Instruct-FP8".')
+@click.option("--system", required=True, help='aiconfigurator system, e.g. "b200_sxm", "h200_sxm".')
+@click.option("--backend", default="vllm", show_default=True, help="vllm, trtllm or sglang.")
+@click.option("--tp", type=click.IntRange(min=1), required=True, help="Tensor-parallel GPUs per worker.")
+@click.option("--backend-version", default=None, help="The backend's version in aiconfigurator (default: its latest).")
+@click.option("--name", default=None, help="The table's name (default: the output file's stem).")
+@click.option(
+    "--envelope/--no-envelope",
+    default=True,
+    show_default=True,
+    help="Make times non-decreasing in tokens, cached tokens, sequences and context (docs/profiles.md).",
+)
+@click.option(
+    "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Table file to write."
+)
+@_handle_errors
+def build_aic(
+    model: str,
+    system: str,
+    backend: str,
+    tp: int,
+    backend_version: str | None,
+    name: str | None,
+    envelope: bool,
+    out: Path,
+) -> None:
+    """Tabulate aiconfigurator's prefill and decode latencies into a profile table (needs
+    pip install -e '.[aic]'); use it with [profile] kind = "aic", table = "FILE"."""
+    import json
+
+    from poa_mc.aic import AicUnavailable, build_table
+    from poa_mc.timing_tables import parse
+
+    try:
+        doc = build_table(
+            name or out.stem, model, system, backend, tp, backend_version=backend_version, envelope=envelope
+        )
+    except AicUnavailable as e:
+        raise BadInput(str(e)) from None
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        what = f"--model {model!r} --system {system!r} --backend {backend!r}"
+        raise BadInput(f"aiconfigurator refused {what}: {e}") from None
+    parse(doc, str(out))  # the file poa-mc will read back
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    tmp.replace(out)
+    m = doc["provenance"]["monotone"]
+    click.echo(
+        f"{out}: {len(doc['prefill']['batch'])} x {len(doc['prefill']['tokens'])} x {len(doc['prefill']['cached'])} "
+        f"prefill and {len(doc['decode']['batch'])} x {len(doc['decode']['context'])} decode points; "
+        f"envelope lowered {m['prefill']['points_lowered']} and {m['decode']['points_lowered']}"
+    )
+
+
 def _register_optional_commands() -> None:
     # submit/status live in cli/slurm_cmds.py; a checkout without it still gets a working CLI,
     # but an error *inside* that module must not be swallowed. export (cli/export_cmd.py): the same.

@@ -25,9 +25,6 @@ from .layout import (
     DIST_FIXED,
     DIST_LOGNORMAL,
     DIST_UNIFORM,
-    F_D0,
-    F_D1,
-    F_D2,
     F_EVDELAY,
     F_ISL_MU,
     F_ISL_SIG,
@@ -35,9 +32,6 @@ from .layout import (
     F_OSL_SIG,
     F_OVH_PASS,
     F_OVH_REQ,
-    F_P0,
-    F_P1,
-    F_P2,
     F_RATIO,
     F_SVC,
     F_THINK,
@@ -186,8 +180,12 @@ NAN = math.nan
 _ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses 100 + i)
 
 
-def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline=None):
     jit_inline = jit_inline or jit
+    prefill_span = timing.prefill_span
+    pass_prefill_ms = timing.pass_prefill_ms
+    step_ms = timing.step_ms
+    decode_span = timing.decode_span
     rng_below = rng.below
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -280,12 +278,7 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
         wk_i[r, row, WI_QN] -= 1
         return s
 
-    # ---------------------------------------------------------------- timing
-    @jit
-    def prefill_span(fp, tokens):
-        t = np.float64(tokens)
-        return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
-
+    # ---------------------------------------------------------------- prefix hits
     @jit_inline
     def usable_hit(ip, hit, length):
         """Cached blocks a prefill can use: vLLM (and Dynamo's simulator) caps a prefix hit at
@@ -296,58 +289,6 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
             if hit > top:
                 return top
         return hit
-
-    @jit_inline
-    def pass_prefill_ms(fp, sum_p, sum_pc, n):
-        """Prefill part of a pass whose n requests with prompt tokens had sum_p tokens computed or
-        cached before it and sum_pc after: T = n (floor(sum_pc / n) - floor(sum_p / n)), the
-        replay's integer means (Dynamo 1.6.1, checked against a pass of three requests with
-        uneven prefixes: bench/NOTES.md), and no time when T = 0."""
-        if n <= 0:
-            return 0.0
-        tokens = n * (sum_pc // n - sum_p // n)
-        if tokens <= 0:
-            return 0.0
-        return prefill_span(fp, tokens)
-
-    @jit
-    def step_ms(fp, x, cap):
-        u = x / cap
-        if u > 1.0:
-            u = 1.0
-        return fp[F_D2] * u * u + fp[F_D1] * u + fp[F_D0]
-
-    @jit_inline
-    def quadratic_span(fp, x0, n, k, cap):
-        """Sum of the step polynomial over the contexts x0, x0 + n, ..., x0 + n(k-1), unclamped."""
-        kf = np.float64(k)
-        xf = np.float64(x0)
-        nf = np.float64(n)
-        s1 = kf * (kf - 1.0) * 0.5
-        s2 = (kf - 1.0) * kf * (2.0 * kf - 1.0) / 6.0
-        m1 = kf * xf + nf * s1
-        m2 = kf * xf * xf + 2.0 * xf * nf * s1 + nf * nf * s2
-        return fp[F_D2] * m2 / (cap * cap) + fp[F_D1] * m1 / cap + fp[F_D0] * kf
-
-    @jit
-    def clamped_span(fp, x0, n, k, cap):
-        """decode_span past the capacity: the steps whose context exceeds it run at u = 1."""
-        below = np.int64(0)
-        if np.float64(x0) <= cap:
-            below = k if n <= 0 else np.int64(math.floor((cap - np.float64(x0)) / np.float64(n))) + 1
-        if below > k:
-            below = k
-        full = fp[F_D2] + fp[F_D1] + fp[F_D0]
-        return quadratic_span(fp, x0, n, below, cap) + full * np.float64(k - below)
-
-    @jit_inline
-    def decode_span(fp, x0, n, k, cap):
-        """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1). Steps whose
-        context exceeds the capacity run at u = 1 (the mocker's min(1, u)): sequences that share
-        prefix blocks can hold more context than the worker has blocks for (a rare, cold path)."""
-        if np.float64(x0 + n * (k - 1)) > cap:
-            return clamped_span(fp, x0, n, k, cap)
-        return quadratic_span(fp, x0, n, k, cap)
 
     # ---------------------------------------------------------------- decode workers
     @jit_inline
@@ -782,6 +723,7 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
         n_pre = 0
         n_tok = np.int64(0)
         x_done = np.int64(0)
+        n_done = np.int64(0)  # prefills this pass completes: they take the pass's decode step too
         svc = 0.0
         # chunks are 0 outside passes, so the chunk scan is only needed when a prefill waits
         for i in range(nrun if n_wait > 0 else 0):
@@ -806,6 +748,7 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
                 n_pre += 1
                 if chunk == rem:
                     x_done += isl + np.int64(slot_i[r, s, SI_RECOMP])
+                    n_done += 1
         if n_dec == 0 and n_pre == 0:
             return
         cap = np.float64(kv_cap * bs)
@@ -822,7 +765,7 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
             else:
                 dur = svc
             if n_dec > 0 or x_done > 0:
-                dur += step_ms(fp, np.float64(x0 + x_done), cap)
+                dur += step_ms(fp, np.float64(x0 + x_done), n_dec + n_done, cap)
             wk_i[r, d, WI_MIXED] = 1
             wk_i[r, d, WI_SEG_M] = 1
             first = t + dur
@@ -836,11 +779,11 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
             if m > 1 and n_dec * (m // bs + 2) > avail:
                 m = steps_that_fit(ip, slot_i, run, r, d, nrun, m, avail)
             if m == 1:
-                dur = step_ms(fp, np.float64(x0), cap)
+                dur = step_ms(fp, np.float64(x0), n_dec, cap)
             else:
                 dur = decode_span(fp, np.int64(x0), np.int64(n_dec), np.int64(m), cap)
             wk_i[r, d, WI_SEG_M] = m
-            first = t + step_ms(fp, np.float64(x0), cap)
+            first = t + step_ms(fp, np.float64(x0), n_dec, cap)
         # only requests admitted by this call can still wait for their first decode step: a local
         # prefill gets its first token at the end of the pass that completes it (decode_end)
         for i in range(admitted_from, nrun):
@@ -1009,8 +952,9 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
                 ctx += computed_tokens(slot_i, r, np.int64(run[r, d, i])) + 1
             for i in range(np.int64(wk_i[r, d, WI_QN])):
                 ctx += np.int64(slot_i[r, q_at(queue, wk_i, r, d, i, ip[P_Q]), SI_ISL])
-            step = step_ms(fp, np.float64(ctx), cap)
-            v = step_ms(fp, np.float64(ctx + isl), cap) + np.int64(wk_i[r, d, WI_QN]) * step
+            seqs = np.int64(wk_i[r, d, WI_NRUN]) + np.int64(wk_i[r, d, WI_QN])
+            step = step_ms(fp, np.float64(ctx), seqs, cap)
+            v = step_ms(fp, np.float64(ctx + isl), seqs + 1, cap) + np.int64(wk_i[r, d, WI_QN]) * step
             if wk_f[r, d, WF_BUSY] < INF:
                 v += min(wk_f[r, d, WF_BUSY] - t, step)
             avail = ip[P_DKV] - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
@@ -1160,14 +1104,8 @@ def build(jit, rng, cache, router, heap, controller, planner, jit_inline=None):
         q_at=q_at,
         q_pop=q_pop,
         q_remove=q_remove,
-        prefill_span=prefill_span,
         usable_hit=usable_hit,
         cache_row=cache_row,
-        pass_prefill_ms=pass_prefill_ms,
-        step_ms=step_ms,
-        quadratic_span=quadratic_span,
-        clamped_span=clamped_span,
-        decode_span=decode_span,
         truncate=truncate,
         hand_to_decode=hand_to_decode,
         plan_decode=plan_decode,

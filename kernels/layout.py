@@ -10,7 +10,9 @@ L1/L2 on the CPU and moves half the bytes on the GPU); clocks are float64 millis
 
 Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = queue capacity):
   ip    int64 (NP_I,)           integer parameters, indices P_*
-  fp    float64 (NF_P,)         float parameters, indices F_*
+  fp    float64 (NF_P + T,)     float parameters, indices F_*; with a table profile (F_TAB = 1), its
+                                T-float table region after them (kernels/timing.py: the axes and
+                                values at the offsets F_TB_*)
   slot_i int32 (R, S, NSI)      per in-flight request, indices SI_*
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
   wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
@@ -117,7 +119,7 @@ DIST_UNIFORM = 1
 DIST_LOGNORMAL = 2
 DIST_EMPIRICAL = 3
 
-PROF_POLY = 0
+PROF_POLY = 0  # pass-timed: the polynomial, or the table when fp[F_TAB] = 1
 PROF_EXP = 1
 PROF_DET = 2
 
@@ -157,7 +159,16 @@ F_PL_INT = 35  # planner: adjustment interval, ms
 F_PL_START = 36  # planner: time a worker takes to start once the GPUs it needs are free, ms
 F_PL_SLO_T = 37  # planner: TTFT target, ms
 F_PL_SLO_I = 38  # planner: ITL target, ms
-NF_P = 39
+F_TAB = 39  # 1: pass and step times interpolated in the table region (an aic profile); 0: the polynomial
+# Offsets (stored as floats) into fp of the table region's arrays; an axis's length is the next offset minus its own.
+F_TB_PB = 40  # prefill: batch axis (requests in the pass)
+F_TB_PU = 41  # prefill: uncached tokens computed by the pass, all requests together
+F_TB_PC = 42  # prefill: cached (or already computed) tokens per request
+F_TB_PV = 43  # prefill: pass ms, [batch][uncached][cached], C order
+F_TB_DB = 44  # decode: batch axis (sequences in the step)
+F_TB_DC = 45  # decode: context tokens per sequence
+F_TB_DV = 46  # decode: step ms, [batch][context], C order; the region ends at len(fp)
+NF_P = 47
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica

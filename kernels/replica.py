@@ -119,7 +119,7 @@ STATUS_STALL = 3
 # STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
-def build(jit, rng, cache, router, heap, controller, planner, cl, batch, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing, jit_inline=None):
     jit_inline = jit_inline or jit
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
@@ -150,7 +150,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, jit_inl
     cl_hand_to_decode = cl.hand_to_decode
     cl_new_request = cl.new_request
     cl_plan_decode = cl.plan_decode
-    cl_pass_prefill_ms = cl.pass_prefill_ms
+    pass_prefill_ms = timing.pass_prefill_ms
     cl_q_at = cl.q_at
     cl_q_pop = cl.q_pop
     cl_q_push = cl.q_push
@@ -242,7 +242,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, jit_inl
         if n == 0:
             return
         if poly:
-            dur = cl_pass_prefill_ms(fp, sum_p, sum_pc, n_tok)
+            dur = pass_prefill_ms(fp, sum_p, sum_pc, n_tok)
         else:
             dur = svc
         # host work of a pass and of each request in it (scheduling, transfer set-up), serial

@@ -4,7 +4,7 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import batch, cache, cluster, controller, heap, planner, replica, rng, router
+from . import batch, cache, cluster, controller, heap, planner, replica, rng, router, timing
 from ._ns import Namespace
 
 
@@ -19,10 +19,11 @@ def build(jit, jit_inline=None) -> Namespace:
     h = heap.build(jit)
     ctl = controller.build(jit)
     pl = planner.build(jit)
-    cl = cluster.build(jit, r, c, ro, h, ctl, pl, jit_inline)
+    tm = timing.build(jit, jit_inline)
+    cl = cluster.build(jit, r, c, ro, h, ctl, pl, tm, jit_inline)
     b = batch.build(jit, cl)
-    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, jit_inline)
+    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, tm, jit_inline)
     return Namespace(
-        rng=r, cache=c, router=ro, heap=h, controller=ctl, planner=pl, cluster=cl, batch=b, replica=rep,
+        rng=r, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, cluster=cl, batch=b, replica=rep,
         simulate_replica=rep.simulate_replica,
     )  # fmt: skip

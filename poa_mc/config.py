@@ -186,6 +186,9 @@ class GridConfig:
         d.pop("traces")
         if not self.slo.is_set():
             d.pop("slo")  # a grid without [slo] keeps the fingerprint it had before [slo] existed
+        if not self.profile.table:  # likewise a profile without a timing table
+            d["profile"].pop("table")
+            d["profile"].pop("table_sha")
         if self.pd_game is None:
             d.pop("pd_game")
         if self.cache_game is None:
@@ -475,9 +478,10 @@ def _parse_cluster(doc: dict) -> ClusterSpec:
     return spec
 
 
-def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec:
+def _parse_profile(doc: dict, cluster: ClusterSpec | None = None, base_dir: Path | None = None) -> ProfileSpec:
     """The [profile] table through poa_mc.profiles; roofline decode slopes are per unit of the
-    decode worker's KV capacity, hence the cluster's decode_kv_blocks and block_size."""
+    decode worker's KV capacity, hence the cluster's decode_kv_blocks and block_size; an aic
+    profile's table file is read relative to the grid file's directory."""
     table = _table(doc, "profile", "profile")
     if not table:
         table = {"name": "dynamo-mocker"}
@@ -486,10 +490,14 @@ def _parse_profile(doc: dict, cluster: ClusterSpec | None = None) -> ProfileSpec
     try:
         if cluster is not None:
             profile = resolve_profile(
-                table, "profile", kv_blocks=cluster.decode_kv_blocks, block_size=cluster.block_size
+                table,
+                "profile",
+                kv_blocks=cluster.decode_kv_blocks,
+                block_size=cluster.block_size,
+                base_dir=base_dir,
             )
         else:
-            profile = resolve_profile(table, "profile")
+            profile = resolve_profile(table, "profile", base_dir=base_dir)
     except SpecError as e:
         raise ConfigError(e.path, e.message) from None
     except (TypeError, ValueError, KeyError) as e:
@@ -844,7 +852,7 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     run = _parse_run(doc)
     workload, arrival, traces = _parse_workload(doc, Path(base_dir))
     cluster = _parse_cluster(doc)
-    profile = _parse_profile(doc, cluster)
+    profile = _parse_profile(doc, cluster, Path(base_dir))
     slo = _parse_slo(doc)
     pd_game = _parse_pd_game(doc, cluster.flow, slo)
     policies = _parse_policies(doc, _parse_controller(doc))

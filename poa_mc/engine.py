@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poa_mc.kernels import layout as L
-from poa_mc.spec import REGIMES, CellSpec, Dist, SpecError
+from poa_mc.spec import REGIMES, CellSpec, Dist, ProfileSpec, SpecError
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
 _POLICY = {
@@ -81,7 +81,8 @@ _POLICY = {
     "hash": L.POL_HASH,
 }
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
-_PROF = {"polynomial": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
+# an aic profile is pass-timed like the polynomial; fp[F_TAB] tells the kernels to read its table
+_PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
 
 SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms")
 SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker")
@@ -186,7 +187,7 @@ def pack_params(
     n_p, n_d = pool_sizes(spec)
     slots = w.concurrency if w.arrival == "closed" else c.max_inflight
     ip = np.zeros(L.NP_I, dtype=np.int64)
-    fp = np.zeros(L.NF_P, dtype=np.float64)
+    fp = pack_profile(p)
     ip[L.P_NP] = n_p
     ip[L.P_ND] = n_d
     pl = spec.planner
@@ -260,19 +261,11 @@ def pack_params(
     fp[L.F_RATIO] = w.prefix_ratio
     fp[L.F_ISL_MU], fp[L.F_ISL_SIG] = imu, isig
     fp[L.F_OSL_MU], fp[L.F_OSL_SIG] = omu, osig
-    if p.kind == "polynomial":
-        fp[L.F_P2], fp[L.F_P1], fp[L.F_P0] = p.p2, p.p1, p.p0
-        fp[L.F_D2], fp[L.F_D1], fp[L.F_D0] = p.d2, p.d1, p.d0
-    else:
-        fp[L.F_SVC] = p.prefill_ms
-        fp[L.F_D0] = p.decode_ms
     if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
         fp[L.F_XFER_TOK] = c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
     fp[L.F_XFER_LAT] = c.transfer_latency_ms
     fp[L.F_EVDELAY] = c.kv_event_delay_ms
     fp[L.F_DOMEGA] = pol.decode_overlap_weight
-    fp[L.F_OVH_PASS] = p.prefill_host_pass_ms
-    fp[L.F_OVH_REQ] = p.prefill_host_request_ms
     cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
     width = max(1, len(itab), len(otab), len(cdf))
     tabs = np.zeros((3, width), dtype=np.float64)
@@ -280,6 +273,30 @@ def pack_params(
     tabs[1, : len(otab)] = otab
     tabs[2, : len(cdf)] = cdf
     return ip, fp, tabs
+
+
+def pack_profile(p: ProfileSpec) -> np.ndarray:
+    """The float parameters of a timing profile (the rest of fp zero): polynomial coefficients,
+    theory means, host times, and an aic profile's table region after the fixed fields."""
+    fp = np.zeros(L.NF_P, dtype=np.float64)
+    if p.kind == "polynomial":
+        fp[L.F_P2], fp[L.F_P1], fp[L.F_P0] = p.p2, p.p1, p.p0
+        fp[L.F_D2], fp[L.F_D1], fp[L.F_D0] = p.d2, p.d1, p.d0
+    elif p.kind == "aic":
+        from poa_mc.timing_tables import by_sha
+
+        region, offsets = by_sha(p.table_sha).region()
+        fp[L.F_TAB] = 1.0
+        fields = (L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV)
+        for f, off in zip(fields, offsets):
+            fp[f] = L.NF_P + off
+        fp = np.concatenate([fp, region])
+    else:
+        fp[L.F_SVC] = p.prefill_ms
+        fp[L.F_D0] = p.decode_ms
+    fp[L.F_OVH_PASS] = p.prefill_host_pass_ms
+    fp[L.F_OVH_REQ] = p.prefill_host_request_ms
+    return fp
 
 
 def baseline_ttft_ms(spec: CellSpec) -> float:

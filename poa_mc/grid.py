@@ -59,7 +59,11 @@ def point_stream(n_prefill: int, n_decode: int, load_axis: str, load: float) -> 
 
 
 def cell_id(spec: CellSpec, stream: int) -> str:
-    return "c" + _digest(["cell", dataclasses.asdict(spec), stream])[:11]
+    d = dataclasses.asdict(spec)
+    if not spec.profile.table:  # profiles without a timing table keep the ids they had before tables
+        d["profile"].pop("table")
+        d["profile"].pop("table_sha")
+    return "c" + _digest(["cell", d, stream])[:11]
 
 
 # Maps a CellSpec.validate() path to the grid key the user wrote, so errors point into the file.

@@ -11,6 +11,8 @@ Forms accepted by `resolve_profile` (TOML tables, shown inline):
     {kind = "polynomial", p2 = .., p1 = .., p0 = .., d2 = .., d1 = .., d0 = .., d_min = ..}
     {kind = "roofline", gpu = "h200", model = "llama-3.1-70b", tp = 4, dtype = "fp8", ...}
     {kind = "exponential" | "deterministic", prefill_ms = .., decode_ms = ..}
+    {name = "aic-b200-llama70b-fp8-tp4-vllm"}       a shipped aiconfigurator table (poa_mc.aic)
+    {kind = "aic", table = "my-table.json"}         a table built by `poa-mc profiles build-aic`
 
 With `kind` present, `name` is a free label; without it, `name` must be a built-in.
 
@@ -22,6 +24,7 @@ docs/profiles.md for the derivation and every parameter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +119,23 @@ def _builtin_table() -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     return desc, tables
 
 
-BUILTIN_PROFILES, _BUILTIN_TABLES = _builtin_table()
+def _aic_builtins() -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    from poa_mc.timing_tables import builtin_tables
+
+    desc, tables = {}, {}
+    for name in builtin_tables():
+        desc[name] = "aiconfigurator timing table (measured kernels; data/profiles/make_aic.py, docs/profiles.md)"
+        tables[name] = {"kind": "aic", "table": name}
+    return desc, tables
+
+
+def _all_builtins() -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    desc, tables = _builtin_table()
+    d2, t2 = _aic_builtins()
+    return {**desc, **d2}, {**tables, **t2}
+
+
+BUILTIN_PROFILES, _BUILTIN_TABLES = _all_builtins()
 
 _POLY_KEYS = ("p2", "p1", "p0", "d2", "d1", "d0")
 _ROOFLINE_OPTIONAL_NUM = (
@@ -139,6 +158,7 @@ _KEYS: dict[str, frozenset[str]] = {
         {"kind", "name", "gpu", "model", "tp", "dtype", "kv_dtype", *_ROOFLINE_OPTIONAL_NUM, *_MODEL_INT_KEYS}
         | set(HOST_KEYS)
     ),
+    "aic": frozenset({"kind", "name", "table", *HOST_KEYS}),
     "exponential": frozenset({"kind", "name", "prefill_ms", "decode_ms", *HOST_KEYS}),
     "deterministic": frozenset({"kind", "name", "prefill_ms", "decode_ms", *HOST_KEYS}),
 }
@@ -320,11 +340,29 @@ def _resolve_roofline(table: dict, path: str, name: str, kv_blocks: int, block_s
 
 
 # --- Public API ------------------------------------------------------------------------------------------------------
-def resolve_profile(table: dict, path: str = "profile", *, kv_blocks: int = 16384, block_size: int = 64) -> ProfileSpec:
+def _resolve_aic(table: dict, path: str, name: str, base_dir: Any) -> ProfileSpec:
+    from poa_mc.timing_tables import load
+
+    ref = _string(table, "table", path)
+    t = load(ref, base_dir, f"{path}.table")
+    prov = t.provenance
+    pkgs = prov.get("packages", {})
+    source = (
+        f"aiconfigurator {pkgs.get('aiconfigurator-core', '?')} table {ref!r}: {prov.get('model', '?')} TP"
+        f"{prov.get('tp', '?')} on {prov.get('system', '?')}, {prov.get('backend', '?')} "
+        f"{prov.get('backend_version') or ''}".rstrip()
+    )
+    return ProfileSpec(name=name, kind="aic", table=ref, table_sha=t.sha, source=source)
+
+
+def resolve_profile(
+    table: dict, path: str = "profile", *, kv_blocks: int = 16384, block_size: int = 64, base_dir: Any = None
+) -> ProfileSpec:
     """Resolve a profile table (built-in name with overrides, or an explicit kind) to a validated ProfileSpec.
 
     kv_blocks and block_size are those of the worker whose decode steps the profile times (the decode
     worker); the roofline decode slope d1 is per unit of u = context / (kv_blocks * block_size).
+    An aic profile's table file is read relative to base_dir (the grid file's directory).
     Raises SpecError naming `path.key` for unknown keys, wrong types and missing parameters.
     """
     if not isinstance(table, dict):
@@ -364,6 +402,8 @@ def resolve_profile(table: dict, path: str = "profile", *, kv_blocks: int = 1638
         spec = ProfileSpec(name=name, kind=kind, d_min=d_min, source=source, **coeffs)
     elif kind == "roofline":
         spec = _resolve_roofline(table, path, name, kv_blocks, block_size)
+    elif kind == "aic":
+        spec = _resolve_aic(table, path, name, base_dir)
     else:
         prefill = _positive(table, "prefill_ms", path)
         decode = _number(table, "decode_ms", path)
@@ -378,12 +418,15 @@ def resolve_profile(table: dict, path: str = "profile", *, kv_blocks: int = 1638
 def prefill_ms(profile: ProfileSpec, tokens: Any) -> Any:
     """Time (ms) of a prefill pass of `tokens` uncached tokens; 0 for 0 tokens.
 
-    For exponential / deterministic profiles this is the mean time of one request's pass. Scalars in,
+    For exponential / deterministic profiles this is the mean time of one request's pass; for an
+    aic profile, the pass of one request with nothing cached (its table's batch 1). Scalars in,
     float out; arrays in, array out.
     """
     t = np.asarray(tokens, dtype=np.float64)
     if profile.kind == "polynomial":
         out = np.where(t > 0, (profile.p2 * t + profile.p1) * t + profile.p0, 0.0)
+    elif profile.kind == "aic":
+        out = np.where(t > 0, _timing(profile, 16384, 64).prefill_ms(1, np.maximum(t, 1.0), 0), 0.0)
     else:
         out = np.where(t > 0, profile.prefill_ms, 0.0)
     return float(out) if out.ndim == 0 else out
@@ -393,15 +436,86 @@ def decode_ms(profile: ProfileSpec, context_tokens: Any, kv_blocks: int, block_s
     """Time (ms) of one decode step whose running sequences hold `context_tokens` in total.
 
     u = min(1, context / (kv_blocks * block_size)); the polynomial is clamped below at d_min as the
-    mocker does. Scalars in, float out; arrays in, array out.
+    mocker does. An aic profile's step depends on the batch too, which this view does not know: it
+    prices one sequence holding the whole context (its table's batch 1, a lower bound on the step
+    of more sequences holding as much). Scalars in, float out; arrays in, array out.
     """
     c = np.asarray(context_tokens, dtype=np.float64)
     if profile.kind == "polynomial":
         u = np.minimum(1.0, c / float(kv_blocks * block_size))
         out = np.maximum(profile.d_min, (profile.d2 * u + profile.d1) * u + profile.d0)
+    elif profile.kind == "aic":
+        out = np.asarray(_timing(profile, kv_blocks, block_size).decode_ms(1, c), dtype=np.float64)
     else:
         out = np.full_like(c, profile.decode_ms)
     return float(out) if out.ndim == 0 else out
+
+
+class Timing:
+    """A profile's pass and step times as the kernels compute them: the timing functions of
+    kernels/timing.py compiled for the CPU, on the parameters the engine packs for a cell.
+
+    `kv_blocks` and `block_size` are the decode worker's (the polynomial's u = 1 is their product).
+    For exponential / deterministic profiles the kernels draw each request's pass; `prefill_ms` is
+    its mean and ignores the batch (they serve one request per pass).
+    """
+
+    def __init__(self, profile: ProfileSpec, kv_blocks: int = 16384, block_size: int = 64) -> None:
+        from poa_mc.engine import pack_profile
+
+        self.profile = profile
+        self.kv_blocks = kv_blocks
+        self.block_size = block_size
+        self._fp = pack_profile(profile)
+
+    def prefill_ms(self, batch: Any, uncached_tokens: Any, cached_tokens: Any = 0) -> Any:
+        """A prefill pass of `batch` requests, each computing `uncached_tokens` new tokens on top of
+        `cached_tokens` cached (or already computed) ones. Arrays broadcast; 0 ms for no new token."""
+        b, u, c = np.broadcast_arrays(
+            *(np.rint(np.asarray(x, dtype=np.float64)) for x in (batch, uncached_tokens, cached_tokens))
+        )
+        if np.any(b < 1) or np.any(u < 0) or np.any(c < 0):
+            raise ValueError("batch must be >= 1 and token counts >= 0")
+        if self.profile.kind in ("exponential", "deterministic"):
+            out = np.where(u > 0, self.profile.prefill_ms, 0.0)
+        else:
+            from poa_mc.kernels.cpu import timing_passes
+
+            out = np.empty(b.size)
+            timing_passes(self._fp, *(x.ravel().astype(np.int64) for x in (b, u, c)), out)
+            out = out.reshape(b.shape)
+        return float(out) if out.ndim == 0 else out
+
+    def decode_ms(self, batch: Any, context_tokens: Any) -> Any:
+        """A decode step of `batch` sequences whose context is `context_tokens` tokens each."""
+        b, x = np.broadcast_arrays(
+            np.rint(np.asarray(batch, dtype=np.float64)), np.asarray(context_tokens, dtype=np.float64)
+        )
+        if np.any(b < 1) or np.any(x < 0):
+            raise ValueError("batch must be >= 1 and context >= 0")
+        if self.profile.kind in ("exponential", "deterministic"):
+            out = np.full(b.shape, self.profile.decode_ms)
+        else:
+            from poa_mc.kernels.cpu import timing_steps
+
+            out = np.empty(b.size)
+            cap = float(self.kv_blocks * self.block_size)
+            timing_steps(self._fp, b.ravel().astype(np.int64), x.ravel().copy(), cap, out)
+            out = out.reshape(b.shape)
+        return float(out) if out.ndim == 0 else out
+
+
+@functools.lru_cache(maxsize=16)
+def _timing(profile: ProfileSpec, kv_blocks: int, block_size: int) -> Timing:
+    """A Timing per resolved profile (packing an aic table's region costs a copy of it)."""
+    return Timing(profile, kv_blocks, block_size)
+
+
+def load(name: str, *, kv_blocks: int = 16384, block_size: int = 64, **overrides: Any) -> Timing:
+    """A built-in profile (or `kind=...` with its parameters, as in a grid's [profile] table) for a
+    notebook: `load("aic-b200-llama70b-fp8-tp4-vllm").decode_ms(64, 2048)`."""
+    table = {"name": name, **overrides}
+    return Timing(resolve_profile(table, kv_blocks=kv_blocks, block_size=block_size), kv_blocks, block_size)
 
 
 def roofline_kv_capacity_blocks(

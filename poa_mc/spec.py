@@ -149,6 +149,8 @@ class ProfileSpec:
       decode step: d2*u^2 + d1*u + d0 ms, u = min(1, context tokens / (kv_blocks * block_size)).
     kind "exponential" / "deterministic": one request per prefill pass, taking an exponential
       (or fixed) time of mean prefill_ms; each decode step takes decode_ms (0 allowed).
+    kind "aic": pass and step times interpolated in a timing table (poa_mc.timing_tables), named
+      by `table` (a shipped table or a file) and pinned by its digest `table_sha`.
     """
 
     name: str = "dynamo-mocker"
@@ -165,9 +167,11 @@ class ProfileSpec:
     prefill_host_pass_ms: float = 0.0
     prefill_host_request_ms: float = 0.0
     source: str = "Dynamo 1.6.1 mocker default polynomial timing (docs/sources.md)"
+    table: str = ""
+    table_sha: str = ""
 
     def validate(self, path: str = "profile") -> None:
-        if self.kind not in ("polynomial", "exponential", "deterministic"):
+        if self.kind not in ("polynomial", "exponential", "deterministic", "aic"):
             raise SpecError(f"{path}.kind", f"unknown profile kind {self.kind!r}")
         if self.kind == "polynomial":
             # The closed-form decode jump needs the quadratic itself (not the d_min clamp) on [0, 1].
@@ -186,7 +190,10 @@ class ProfileSpec:
         for name in ("prefill_host_pass_ms", "prefill_host_request_ms"):
             if not getattr(self, name) >= 0:
                 raise SpecError(f"{path}.{name}", f"must be >= 0 ms, got {getattr(self, name)}")
-        if self.kind != "polynomial":
+        if self.kind == "aic":
+            if not self.table or not self.table_sha:
+                raise SpecError(f"{path}.table", "an aic profile needs its table")
+        elif self.kind != "polynomial":
             if not self.prefill_ms > 0:
                 raise SpecError(f"{path}.prefill_ms", f"must be > 0 ms, got {self.prefill_ms}")
             if not self.decode_ms >= 0:

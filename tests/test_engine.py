@@ -211,6 +211,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         import warnings, numpy as np
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
+        from poa_mc.profiles import resolve_profile
         from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
         # (flow, policy, event delay, decode kv blocks, temperature, transfer ms): the last three
         # put decode workers under KV pressure (preemption), sample the decode choice, and run the
@@ -225,13 +226,16 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
-                 ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30)]
+                 ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30),
+                 ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30), ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
                 "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
-                "planner": dict(kind="kv")}
+                "planner": dict(kind="kv"), "aic": dict(kind="kv")}
+        # measured-kernel timing: a table the kernels interpolate (kernels/timing.py)
+        aic = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
             planner = None
             if pol == "planner":  # both targets missed: it moves every 20 ms interval
@@ -241,7 +245,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
                                                   prefix_groups=3, concurrency=6),
                             policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
-                            planner=planner)
+                            planner=planner, **({"profile": aic} if pol == "aic" else {}))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a = simulate(spec, backend="cpu", **kw)
             b = simulate(spec, backend="cuda", **kw)

@@ -22,12 +22,12 @@ def test_kernel_pass_and_step_times_are_the_profiles(name):
     ip, fp, _ = pack_params(spec, requests=1, warmup=0, seed=0, stream=0, record_candidates=False)
     for tokens in (0, 1, 63, 64, 4096, 131_072):
         # a pass of one request from 0 to `tokens` computed tokens; none: no time
-        got = K.cluster.pass_prefill_ms(fp, np.int64(0), np.int64(tokens), np.int64(1))
+        got = K.timing.pass_prefill_ms(fp, np.int64(0), np.int64(tokens), np.int64(1))
         assert got == pytest.approx(prefill_ms(profile, tokens), rel=1e-12, abs=0.0), tokens
     cap = float(ip[L.P_DKV] * ip[L.P_B])
     for u in np.linspace(0.0, 1.5, 31):  # past 1 the step saturates at u = 1
         want = decode_ms(profile, u * cap, int(ip[L.P_DKV]), int(ip[L.P_B]))
-        assert K.cluster.step_ms(fp, u * cap, cap) == pytest.approx(want, rel=1e-12), u
+        assert K.timing.step_ms(fp, u * cap, np.int64(1), cap) == pytest.approx(want, rel=1e-12), u
 
 
 def test_a_step_polynomial_that_needs_the_clamp_is_refused():

@@ -1,0 +1,223 @@
+"""Timing: how long a prefill pass and a decode step take. The one home of the timing formulas,
+for the kernels on both targets and, compiled for the CPU, for the host (poa_mc.profiles.load).
+
+Two shapes, chosen per cell by fp[F_TAB]:
+
+- the polynomial (dynamo-mocker, roofline, user polynomials): a pass of T uncached tokens costs
+  p2 T^2 + p1 T + p0 ms; a step over X context tokens costs d2 u^2 + d1 u + d0 ms with
+  u = min(1, X / capacity). Batch size does not enter.
+- the table (aic profiles, poa_mc/timing_tables.py): a pass of b requests computing T tokens in
+  all on c cached ones each is interpolated trilinearly in V_p[b][T][c]; a step of b sequences whose
+  context averages c tokens bilinearly in V_d[b][c]. Outside an axis the nearest interval's line
+  goes on (linear extrapolation), so a table needs no clamp and its spans stay exact.
+
+A decode segment (kernels/cluster.py) is k steps of a fixed set of n sequences whose summed
+context is X0 at the first step, X0 + n j at step j. Its time has a closed form in both shapes:
+a quadratic's sum for the polynomial; for the table, per-sequence context c0 + j with c0 = X0 / n
+runs along one batch-blended row, a piecewise-linear function of c whose pieces (the context
+axis's intervals, at least one token wide) each contribute an arithmetic series.
+"""
+
+import math
+
+import numpy as np
+
+from ._ns import Namespace
+from .layout import (
+    F_D0,
+    F_D1,
+    F_D2,
+    F_P0,
+    F_P1,
+    F_P2,
+    F_TAB,
+    F_TB_DB,
+    F_TB_DC,
+    F_TB_DV,
+    F_TB_PB,
+    F_TB_PC,
+    F_TB_PU,
+    F_TB_PV,
+)
+
+
+def build(jit, jit_inline=None) -> Namespace:
+    jit_inline = jit_inline or jit
+
+    # ---------------------------------------------------------------- table interpolation
+    @jit
+    def bracket(fp, off, n, x):
+        """The interval [a_i, a_i+1] of the axis fp[off:off+n] used for x (the first or last one
+        outside the axis) and x's weight in it, (x - a_i) / (a_i+1 - a_i), outside [0, 1] there."""
+        lo = np.int64(0)
+        hi = n - 2
+        while lo < hi:  # the last i <= n - 2 with a_i <= x (0 if none)
+            mid = (lo + hi + 1) // 2
+            if fp[off + mid] <= x:
+                lo = mid
+            else:
+                hi = mid - 1
+        a = fp[off + lo]
+        return lo, (x - a) / (fp[off + lo + 1] - a)
+
+    @jit
+    def table_pass(fp, b, u, c):
+        """Prefill pass of b requests computing u tokens in all on c cached ones each (trilinear)."""
+        ob = np.int64(fp[F_TB_PB])
+        ou = np.int64(fp[F_TB_PU])
+        oc = np.int64(fp[F_TB_PC])
+        ov = np.int64(fp[F_TB_PV])
+        nu = oc - ou
+        nc = ov - oc
+        ib, wb = bracket(fp, ob, ou - ob, b)
+        iu, wu = bracket(fp, ou, nu, u)
+        ic, wc = bracket(fp, oc, nc, c)
+        v = 0.0
+        for db in range(2):
+            fb = wb if db == 1 else 1.0 - wb
+            for du in range(2):
+                fu = wu if du == 1 else 1.0 - wu
+                row = ov + ((ib + db) * nu + iu + du) * nc + ic
+                v += fb * fu * ((1.0 - wc) * fp[row] + wc * fp[row + 1])
+        return v
+
+    @jit
+    def table_step(fp, x, n):
+        """Decode step of n sequences holding x context tokens in all (bilinear in batch and
+        per-sequence context)."""
+        ob = np.int64(fp[F_TB_DB])
+        oc = np.int64(fp[F_TB_DC])
+        ov = np.int64(fp[F_TB_DV])
+        nc = ov - oc
+        b = np.float64(n) if n > 0 else 1.0
+        ib, wb = bracket(fp, ob, oc - ob, b)
+        ic, wc = bracket(fp, oc, nc, x / b)
+        r0 = ov + ib * nc + ic
+        r1 = r0 + nc
+        return (1.0 - wb) * ((1.0 - wc) * fp[r0] + wc * fp[r0 + 1]) + wb * ((1.0 - wc) * fp[r1] + wc * fp[r1 + 1])
+
+    @jit
+    def table_span(fp, x0, n, k):
+        """Time of k steps of n sequences whose summed contexts are x0, x0 + n, ...: the row
+        blended at batch n is linear on each context interval, so each interval the per-sequence
+        context c0 + j crosses adds an arithmetic series."""
+        if k <= 0:
+            return 0.0
+        ob = np.int64(fp[F_TB_DB])
+        oc = np.int64(fp[F_TB_DC])
+        ov = np.int64(fp[F_TB_DV])
+        nc = ov - oc
+        b = np.float64(n) if n > 0 else 1.0
+        ib, wb = bracket(fp, ob, oc - ob, b)
+        c0 = np.float64(x0) / b
+        m, _ = bracket(fp, oc, nc, c0)
+        r0 = ov + ib * nc
+        r1 = r0 + nc
+        total = 0.0
+        j = np.int64(0)
+        while j < k:
+            jb = k
+            if m < nc - 2:
+                # first step whose context reaches the next node (axis gaps are >= 1 token, so it
+                # lies past j)
+                jb = np.int64(math.ceil(fp[oc + m + 1] - c0))
+                if jb > k:
+                    jb = k
+                if jb < j:
+                    jb = j
+            cnt = np.float64(jb - j)
+            a = fp[oc + m]
+            v0 = (1.0 - wb) * fp[r0 + m] + wb * fp[r1 + m]
+            v1 = (1.0 - wb) * fp[r0 + m + 1] + wb * fp[r1 + m + 1]
+            s = (v1 - v0) / (fp[oc + m + 1] - a)
+            total += cnt * (v0 + s * (c0 - a)) + s * cnt * np.float64(j + jb - 1) * 0.5
+            j = jb
+            m += 1
+        return total
+
+    # ---------------------------------------------------------------- the profile's shape
+    @jit
+    def prefill_span(fp, tokens):
+        """One request's pass over `tokens` uncached tokens, nothing cached."""
+        if fp[F_TAB] != 0.0:
+            return table_pass(fp, 1.0, np.float64(tokens), 0.0)
+        t = np.float64(tokens)
+        return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
+
+    @jit_inline
+    def pass_prefill_ms(fp, sum_p, sum_pc, n):
+        """Prefill part of a pass whose n requests with prompt tokens had sum_p tokens computed or
+        cached before it and sum_pc after: T = n (floor(sum_pc / n) - floor(sum_p / n)), the
+        replay's integer means (Dynamo 1.6.1, checked against a pass of three requests with
+        uneven prefixes: bench/NOTES.md), and no time when T = 0. A table reads the pass as n
+        requests of those mean uncached and cached tokens."""
+        if n <= 0:
+            return 0.0
+        per = sum_pc // n - sum_p // n
+        if per <= 0:
+            return 0.0
+        if fp[F_TAB] != 0.0:
+            return table_pass(fp, np.float64(n), np.float64(n * per), np.float64(sum_p // n))
+        t = np.float64(n * per)
+        return fp[F_P2] * t * t + fp[F_P1] * t + fp[F_P0]
+
+    @jit
+    def step_ms(fp, x, n, cap):
+        """One decode step of n sequences holding x context tokens in all (cap: the worker's
+        capacity in tokens, the polynomial's u = 1)."""
+        if fp[F_TAB] != 0.0:
+            return table_step(fp, x, n)
+        u = x / cap
+        if u > 1.0:
+            u = 1.0
+        return fp[F_D2] * u * u + fp[F_D1] * u + fp[F_D0]
+
+    @jit_inline
+    def quadratic_span(fp, x0, n, k, cap):
+        """Sum of the step polynomial over the contexts x0, x0 + n, ..., x0 + n(k-1), unclamped."""
+        kf = np.float64(k)
+        xf = np.float64(x0)
+        nf = np.float64(n)
+        s1 = kf * (kf - 1.0) * 0.5
+        s2 = (kf - 1.0) * kf * (2.0 * kf - 1.0) / 6.0
+        m1 = kf * xf + nf * s1
+        m2 = kf * xf * xf + 2.0 * xf * nf * s1 + nf * nf * s2
+        return fp[F_D2] * m2 / (cap * cap) + fp[F_D1] * m1 / cap + fp[F_D0] * kf
+
+    @jit
+    def clamped_span(fp, x0, n, k, cap):
+        """decode_span off its hot path: a table's span, or the polynomial's past the capacity
+        (the steps whose context exceeds it run at u = 1)."""
+        if fp[F_TAB] != 0.0:
+            return table_span(fp, x0, n, k)
+        below = np.int64(0)
+        if np.float64(x0) <= cap:
+            below = k if n <= 0 else np.int64(math.floor((cap - np.float64(x0)) / np.float64(n))) + 1
+        if below > k:
+            below = k
+        full = fp[F_D2] + fp[F_D1] + fp[F_D0]
+        return quadratic_span(fp, x0, n, below, cap) + full * np.float64(k - below)
+
+    @jit_inline
+    def decode_span(fp, x0, n, k, cap):
+        """Time of k decode steps whose summed contexts are x0, x0 + n, ..., x0 + n(k-1). With the
+        polynomial, steps whose context exceeds the capacity run at u = 1 (the mocker's min(1, u)):
+        sequences that share prefix blocks can hold more context than the worker has blocks for
+        (a rare, cold path). A table's span is taken on the same out-of-line call: a second call
+        site here, inlined into every caller, cost 8% of the engine's speed and 15 s of compilation."""
+        if np.float64(x0 + n * (k - 1)) > cap or fp[F_TAB] != 0.0:
+            return clamped_span(fp, x0, n, k, cap)
+        return quadratic_span(fp, x0, n, k, cap)
+
+    return Namespace(
+        bracket=bracket,
+        table_pass=table_pass,
+        table_step=table_step,
+        table_span=table_span,
+        prefill_span=prefill_span,
+        pass_prefill_ms=pass_prefill_ms,
+        step_ms=step_ms,
+        quadratic_span=quadratic_span,
+        clamped_span=clamped_span,
+        decode_span=decode_span,
+    )

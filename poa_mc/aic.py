@@ -1,0 +1,201 @@
+"""Timing tables from NVIDIA's aiconfigurator (PyPI `aiconfigurator-core`, Apache-2.0), the
+measured-kernel latency model Dynamo's own simulator uses for `--aic-perf-model`.
+
+`build_table` asks aiconfigurator's SDK for a prefill pass on a grid of batch x uncached tokens x
+cached tokens and a decode step on batch x context, and returns them in the file format of
+poa_mc.timing_tables with their provenance. It needs the optional extra
+(`pip install -e '.[aic]'`); nothing else in poa-mc imports this module, so the default install
+never needs aiconfigurator. The shipped tables (data/profiles/) come from data/profiles/make_aic.py.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from typing import Any
+
+import numpy as np
+
+from poa_mc.timing_tables import FORMAT, MONOTONE_AXES, lower_envelope
+
+# The grid. aiconfigurator's latencies are staircases: a GEMM's time jumps where its rows (the
+# tokens of a pass, the sequences of a step) cross a tile or wave boundary, by up to 70% on H200,
+# and slopes between. A fixed sparse grid misses those jumps, so each axis's nodes are chosen from
+# a scan at every integer (select_nodes): a node on each side of every jump, and as few as keep
+# linear interpolation within NODE_TOL of the scanned values. The cached axis is fixed.
+PREFILL_MAX_BATCH = 256  # the default max_seqs; nodes chosen from a scan of every batch
+PREFILL_MAX_TOKENS = 16384  # twice the default token budget; beyond it the last interval's line goes on
+PREFILL_CACHED = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+DECODE_MAX_BATCH = 512
+DECODE_CONTEXT_SCAN = tuple(range(1, 131073, 64))
+DECODE_BATCH_SCAN_CONTEXTS = (1, 256, 1024, 2048, 4096, 8192, 32768, 65536)  # rows the batch nodes must follow
+DECODE_CONTEXT_SCAN_BATCHES = (1, 16, 64, 128, 192, 256, 384, 512)
+NODE_TOL = 0.01
+
+
+def select_nodes(x: np.ndarray, y: np.ndarray, tol: float = NODE_TOL) -> list[int]:
+    """Indices of x (ascending) such that, between consecutive chosen points, linear interpolation
+    is within `tol` (relative) of every row of y (shape (rows, len(x))) at every x in between;
+    greedy from the left, so each interval is as long as it can be."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.atleast_2d(np.asarray(y, dtype=np.float64))
+    nodes = [0]
+    a = 0
+    n = len(x)
+    while a < n - 1:
+        b = a + 1
+        while b + 1 < n:
+            c = b + 1
+            w = (x[a + 1 : c] - x[a]) / (x[c] - x[a])
+            lin = y[:, a : a + 1] * (1 - w) + y[:, c : c + 1] * w
+            if np.any(np.abs(lin - y[:, a + 1 : c]) > tol * y[:, a + 1 : c]):
+                break
+            b = c
+        nodes.append(b)
+        a = b
+    return nodes
+
+
+NOTICE = (
+    "Timing values computed with NVIDIA aiconfigurator (aiconfigurator-core), Copyright (c) NVIDIA CORPORATION & "
+    "AFFILIATES, licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0). "
+    "The values are model outputs of its per-operator performance database; poa-mc made them non-decreasing "
+    "in tokens, cached tokens, sequences and context (lower envelope) and did not otherwise change them."
+)
+
+
+class AicUnavailable(RuntimeError):
+    """aiconfigurator-core is not installed."""
+
+
+def engine(model: str, system: str, backend: str, tp: int, **kwargs: Any) -> Any:
+    """aiconfigurator's compiled engine handle for one model on one system (its own names, e.g.
+    model "nvidia/Llama-3.1-70B-Instruct-FP8", system "b200_sxm", backend "vllm")."""
+    try:
+        from aiconfigurator_core.sdk.engine import EngineHandle
+    except ImportError as e:
+        raise AicUnavailable(
+            "aiconfigurator-core is not installed: pip install -e '.[aic]' (about 600 MB with pandas and pyarrow)"
+        ) from e
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return EngineHandle.compile(model, system, backend, tp_size=tp, **kwargs)
+
+
+def sdk_prefill_ms(handle: Any, batch: int, uncached: int, cached: int) -> float:
+    """aiconfigurator's pass of `batch` requests of `uncached` new tokens on `cached` cached ones
+    (its isl counts the prefix)."""
+    return float(handle.predict_prefill_latency(int(batch), int(uncached + cached), int(cached)))
+
+
+def sdk_decode_ms(handle: Any, batch: int, context: int) -> float:
+    """aiconfigurator's step of `batch` sequences of `context` tokens each (one step: osl = 2)."""
+    return float(handle.predict_decode_latency(int(batch), int(context), 2))
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("aiconfigurator-core", "numpy", "pandas", "pyarrow"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _envelope_report(raw: np.ndarray, ms: np.ndarray) -> dict[str, Any]:
+    changed = ms < raw
+    rel = np.where(changed, (raw - ms) / raw, 0.0)
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    return {"points_lowered": int(changed.sum()), "points": int(raw.size), "max_lowered_rel": float(rel.max()),
+            "worst_index": [int(i) for i in worst]}  # fmt: skip
+
+
+def _prefill_entry(h: Any, b: int, tokens: int, cached: int) -> float:
+    """The pass of b requests computing `tokens` tokens in all: aiconfigurator takes whole tokens
+    per request, so an uneven split is interpolated between its neighbours; a pass cannot have
+    more requests than tokens, so there b stands at `tokens`."""
+    b = min(b, tokens)
+    lo, hi = tokens // b, -(-tokens // b)
+    v = sdk_prefill_ms(h, b, lo, cached)
+    if hi == lo:
+        return v
+    return v + (tokens / b - lo) * (sdk_prefill_ms(h, b, hi, cached) - v)
+
+
+def build_table(
+    name: str,
+    model: str,
+    system: str,
+    backend: str,
+    tp: int,
+    *,
+    backend_version: str | None = None,
+    envelope: bool = True,
+) -> dict[str, Any]:
+    """The table of one aiconfigurator configuration, as the JSON document poa_mc.timing_tables reads.
+    envelope=False keeps aiconfigurator's values as they are, falls and all (`"envelope": false`)."""
+
+    def env(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        return lower_envelope(a, axes) if envelope else a
+
+    kwargs = {"backend_version": backend_version} if backend_version else {}
+    h = engine(model, system, backend, tp, **kwargs)
+    # Nodes are chosen on the envelope of each scan (what the table holds), so that a row's
+    # flattened teeth are followed as well as its rises. Prefill tokens: every batch of the table,
+    # nothing and a long prefix cached; decode batch over short to long contexts; context over batches.
+    pb_scan = np.arange(1, PREFILL_MAX_BATCH + 1)
+    pb_rows = np.array([[sdk_prefill_ms(h, int(b), u, 0) for b in pb_scan] for u in (1, 4, 16, 64)])
+    p_batch = pb_scan[select_nodes(pb_scan, pb_rows)]
+    t_scan = np.arange(1, PREFILL_MAX_TOKENS + 1)
+    t_rows = np.array([[_prefill_entry(h, int(b), int(t), c) for t in t_scan] for b in p_batch for c in (0, 8192)])
+    tokens = t_scan[select_nodes(t_scan, env(t_rows, (1,)))]
+    b_scan = np.arange(1, DECODE_MAX_BATCH + 1)
+    b_rows = np.array([[sdk_decode_ms(h, int(b), c) for b in b_scan] for c in DECODE_BATCH_SCAN_CONTEXTS])
+    d_batch = b_scan[select_nodes(b_scan, env(b_rows, (1,)))]
+    c_scan = np.array(DECODE_CONTEXT_SCAN)
+    c_rows = np.array([[sdk_decode_ms(h, b, int(c)) for c in c_scan] for b in DECODE_CONTEXT_SCAN_BATCHES])
+    d_context = c_scan[select_nodes(c_scan, env(c_rows, (1,)))]
+    pre = np.array([[[_prefill_entry(h, int(b), int(t), c) for c in PREFILL_CACHED] for t in tokens] for b in p_batch])
+    dec = np.array([[sdk_decode_ms(h, int(b), int(c)) for c in d_context] for b in d_batch])
+    pre_ms = env(pre, MONOTONE_AXES["prefill"])
+    dec_ms = env(dec, MONOTONE_AXES["decode"])
+    resolved_version = backend_version
+    try:
+        from aiconfigurator_core.sdk import engine as sdk_engine
+
+        resolved_version = sdk_engine._literal_backend_version(system, backend, backend_version, None, None)
+    except Exception:  # noqa: BLE001 - provenance only; the SDK's private helper may move
+        pass
+    return {
+        "format": FORMAT,
+        "name": name,
+        "envelope": envelope,
+        "provenance": {
+            "generator": "aiconfigurator-core (poa_mc.aic.build_table)",
+            "packages": _versions(),
+            "model": model,
+            "system": system,
+            "backend": backend,
+            "backend_version": resolved_version,
+            "tp": tp,
+            "built": _dt.date.today().isoformat(),
+            "calls": "prefill: predict_prefill_latency(batch, tokens / batch + cached, cached); "
+            "decode: predict_decode_latency(batch, context, 2)",
+            "node_tol": NODE_TOL,
+            "monotone": {"prefill": _envelope_report(pre, pre_ms), "decode": _envelope_report(dec, dec_ms)},
+            "notice": NOTICE,
+        },
+        "prefill": {
+            "batch": [int(b) for b in p_batch],
+            "tokens": [int(t) for t in tokens],
+            "cached": list(PREFILL_CACHED),
+            "ms": np.round(pre_ms, 4).tolist(),
+        },
+        "decode": {
+            "batch": [int(b) for b in d_batch],
+            "context": [int(c) for c in d_context],
+            "ms": np.round(dec_ms, 4).tolist(),
+        },
+    }

@@ -1,0 +1,192 @@
+"""Timing tables: the file format of `aic` profiles, read, checked and packed for the kernels.
+
+A table file (JSON, written by poa_mc.aic) holds a worker's pass and step times on a grid:
+
+    {"format": "poa-mc timing table 1", "name": ..., "provenance": {...},
+     "prefill": {"batch": [...], "tokens": [...], "cached": [...], "ms": [[[...]]]},
+     "decode": {"batch": [...], "context": [...], "ms": [[...]]}}
+
+`prefill.ms[b][t][c]` is the pass of `batch[b]` requests computing `tokens[t]` uncached tokens in
+all (GEMM rows: where the source's latency jumps), on `cached[c]` tokens each already in the
+cache; `decode.ms[b][c]` the step of `batch[b]` sequences whose context is `context[c]` tokens
+each. `ms` is what the kernels interpolate (kernels/timing.py): the source's values made
+non-decreasing in tokens, cached tokens, sequences and context by the lower envelope, ms = the
+least value at any point at least as large on those axes, since a pass or a step can always be
+padded to a larger one (docs/profiles.md, "aic"); `"envelope": false` marks a table kept as its
+source gave it (`poa-mc profiles build-aic --no-envelope`), falls and all. Axes are strictly
+increasing, at least two points, gaps of at least one (token or request).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poa_mc.spec import SpecError
+
+FORMAT = "poa-mc timing table 1"
+TABLES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+
+
+def _tables_dir() -> Path:
+    """The shipped tables (an installed package keeps them in poa_mc/data/profiles)."""
+    here = TABLES_DIR
+    if here.is_dir():
+        return here
+    from importlib.resources import files
+
+    return Path(str(files("poa_mc.data") / "profiles"))
+
+
+def builtin_tables() -> dict[str, Path]:
+    """Shipped table name -> file."""
+    d = _tables_dir()
+    return {p.stem: p for p in sorted(d.glob("*.json"))} if d.is_dir() else {}
+
+
+@dataclass(frozen=True, eq=False)
+class TimingTable:
+    name: str
+    prefill_batch: np.ndarray
+    prefill_tokens: np.ndarray
+    prefill_cached: np.ndarray
+    prefill_ms: np.ndarray  # (batch, tokens, cached)
+    decode_batch: np.ndarray
+    decode_context: np.ndarray
+    decode_ms: np.ndarray  # (batch, context)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    sha: str = ""
+
+    @functools.cached_property
+    def _region(self) -> tuple[np.ndarray, tuple[int, ...]]:
+        parts = [
+            self.prefill_batch, self.prefill_tokens, self.prefill_cached, self.prefill_ms.ravel(),
+            self.decode_batch, self.decode_context, self.decode_ms.ravel(),
+        ]  # fmt: skip
+        offsets = tuple(int(x) for x in np.cumsum([0] + [len(p) for p in parts[:-1]]))
+        return np.concatenate(parts).astype(np.float64), offsets
+
+    def region(self) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The floats the kernels read after fp's fixed fields, and the offsets (relative to the
+        region's start) of prefill batch, tokens, cached, values, decode batch, context, values."""
+        return self._region
+
+
+# Axes along which a time cannot fall: a pass computing more tokens or on more cached ones, a step of
+# more sequences or longer ones. (A pass of the same tokens split among more requests is cheaper:
+# less attention, so the prefill batch axis is free.)
+MONOTONE_AXES = {"prefill": (1, 2), "decode": (0, 1)}
+
+
+def lower_envelope(values: np.ndarray, axes: tuple[int, ...] | None = None) -> np.ndarray:
+    """Non-decreasing along `axes` (default all): each value becomes the least value at any point
+    at least as large on those axes (a reversed running minimum per axis)."""
+    out = np.array(values, dtype=np.float64)
+    for axis in range(out.ndim) if axes is None else axes:
+        out = np.flip(np.minimum.accumulate(np.flip(out, axis), axis=axis), axis)
+    return out
+
+
+def _axis(doc: dict, key: str, path: str) -> np.ndarray:
+    v = doc.get(key)
+    if not isinstance(v, list) or len(v) < 2:
+        raise SpecError(f"{path}.{key}", "must be a list of at least two numbers")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        raise SpecError(f"{path}.{key}", "must hold numbers only")
+    a = np.asarray(v, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or a[0] < 0:
+        raise SpecError(f"{path}.{key}", "must be finite and non-negative")
+    if not np.all(np.diff(a) >= 1.0):
+        raise SpecError(f"{path}.{key}", "must increase by at least 1 between points")
+    return a
+
+
+def _values(doc: dict, key: str, path: str, shape: tuple[int, ...], axes: tuple[int, ...] | None) -> np.ndarray:
+    try:
+        a = np.asarray(doc.get(key), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}.{key}", f"must be a {len(shape)}-dimensional array of numbers") from None
+    if a.shape != shape:
+        raise SpecError(f"{path}.{key}", f"must have shape {list(shape)} (the axes), got {list(a.shape)}")
+    if not np.all(np.isfinite(a)) or not np.all(a > 0):
+        raise SpecError(f"{path}.{key}", "every time must be a finite number of ms > 0")
+    if axes is not None and not np.array_equal(a, lower_envelope(a, axes)):
+        raise SpecError(f"{path}.{key}", "must be non-decreasing in tokens and context (poa_mc.aic writes it so)")
+    return a
+
+
+def parse(doc: Any, path: str) -> TimingTable:
+    """A table from its decoded JSON; SpecError names `path.section.key` for anything wrong."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SpecError(path, f'not a timing table (expected "format": "{FORMAT}")')
+    sections = {}
+    for sec in ("prefill", "decode"):
+        if not isinstance(doc.get(sec), dict):
+            raise SpecError(f"{path}.{sec}", "missing table section")
+        sections[sec] = doc[sec]
+    p, d = sections["prefill"], sections["decode"]
+    pb, pu, pc = (_axis(p, k, f"{path}.prefill") for k in ("batch", "tokens", "cached"))
+    if pb[0] < 1 or pu[0] < 1:
+        raise SpecError(f"{path}.prefill", "batch and tokens axes start at 1 or more")
+    db, dc = (_axis(d, k, f"{path}.decode") for k in ("batch", "context"))
+    if db[0] < 1:
+        raise SpecError(f"{path}.decode.batch", "must start at 1 or more")
+    envelope = doc.get("envelope", True)
+    if not isinstance(envelope, bool):
+        raise SpecError(f"{path}.envelope", "must be true or false")
+    pv = _values(
+        p, "ms", f"{path}.prefill", (len(pb), len(pu), len(pc)), MONOTONE_AXES["prefill"] if envelope else None
+    )
+    dv = _values(d, "ms", f"{path}.decode", (len(db), len(dc)), MONOTONE_AXES["decode"] if envelope else None)
+    sha = hashlib.sha256(np.concatenate([pb, pu, pc, pv.ravel(), db, dc, dv.ravel()]).tobytes()).hexdigest()[:16]
+    prov = doc.get("provenance", {})
+    return TimingTable(
+        str(doc.get("name", "")), pb, pu, pc, pv, db, dc, dv, prov if isinstance(prov, dict) else {}, sha
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _read(file: str, mtime_ns: int) -> TimingTable:
+    try:
+        doc = json.loads(Path(file).read_text())
+    except json.JSONDecodeError as e:
+        raise SpecError(file, f"not valid JSON (line {e.lineno}: {e.msg})") from None
+    return parse(doc, file)
+
+
+_BY_SHA: dict[str, TimingTable] = {}
+
+
+def load(ref: str, base_dir: Path | None = None, path: str = "profile.table") -> TimingTable:
+    """A shipped table by name, or a table file (relative paths from base_dir, default the working
+    directory). The table is remembered by its digest for `by_sha` (the kernels' packer)."""
+    builtin = builtin_tables()
+    if ref in builtin:
+        file = builtin[ref]
+    else:
+        file = Path(ref).expanduser()
+        if not file.is_absolute():
+            file = (base_dir or Path.cwd()) / file
+        if not file.is_file():
+            names = ", ".join(builtin) or "none"
+            raise SpecError(path, f"no table file {str(file)!r} and no shipped table named {ref!r} (shipped: {names})")
+    try:
+        table = _read(str(file), file.stat().st_mtime_ns)
+    except SpecError as e:
+        raise SpecError(path, f"{file}: {e.path.removeprefix(str(file)).lstrip('.') or 'file'}: {e.message}") from None
+    _BY_SHA[table.sha] = table
+    return table
+
+
+def by_sha(sha: str) -> TimingTable:
+    """The table a resolved profile names (loaded when its profile was resolved in this process)."""
+    try:
+        return _BY_SHA[sha]
+    except KeyError:
+        raise SpecError("profile.table", f"table {sha} was not loaded in this process") from None

@@ -1,0 +1,92 @@
+"""Unit tests of kernels/timing.py (the polynomial's closed-form spans, the table's interpolation),
+called through the CPU build."""
+
+import json
+
+import numpy as np
+import pytest
+from poa_mc.kernels import cpu
+from poa_mc.kernels.layout import F_D0, F_D1, F_D2, NF_P
+
+from poa_mc.engine import pack_profile
+from poa_mc.profiles import resolve_profile
+from poa_mc.timing_tables import FORMAT, builtin_tables
+
+K = cpu._K.timing
+PB, PT, PC = [1, 2, 5, 9], [1, 10, 100, 1000, 5000], [0, 64, 1024]
+DB, DC = [1, 3, 8, 20], [1, 100, 1000, 9000]
+
+
+def test_decode_span_is_the_sum_of_step_times():
+    fp = np.zeros(NF_P)
+    fp[F_D2], fp[F_D1], fp[F_D0] = -25.74, 54.01, 5.74
+    cap = 16384.0 * 64
+    for x0, n, k in [(4096, 1, 1), (123_456, 13, 97), (500_000, 64, 256)]:
+        naive = sum(K.step_ms(fp, float(x0 + n * j), np.int64(n), cap) for j in range(k))
+        assert abs(K.decode_span(fp, x0, n, k, cap) - naive) <= 1e-9 * naive
+
+
+def _multilinear_doc(**extra):
+    """A table whose values are affine in each axis separately (so multilinear interpolation and
+    its extrapolation reproduce them exactly) and non-decreasing in tokens, cached and context."""
+    b, t, c = np.meshgrid(PB, PT, PC, indexing="ij")
+    pre = 5.0 + 0.3 * b + 0.02 * t + 0.001 * c + 1e-5 * t * c
+    db, dc = np.meshgrid(DB, DC, indexing="ij")
+    dec = 4.0 + 0.05 * db + 1e-4 * dc + 2e-5 * db * dc
+    doc = {
+        "format": FORMAT,
+        "name": "synthetic",
+        "prefill": {"batch": PB, "tokens": PT, "cached": PC, "ms": pre.tolist()},
+        "decode": {"batch": DB, "context": DC, "ms": dec.tolist()},
+    }
+    doc.update(extra)
+    return doc
+
+
+def _profile(tmp_path, doc):
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    return resolve_profile({"kind": "aic", "table": str(f)})
+
+
+def _pre(b, t, c):
+    return 5.0 + 0.3 * b + 0.02 * t + 0.001 * c + 1e-5 * t * c
+
+
+def _dec(b, x):
+    return 4.0 + 0.05 * b + 1e-4 * x + 2e-5 * b * x
+
+
+def test_interpolation_reproduces_a_multilinear_table_on_and_off_its_grid(tmp_path):
+    fp = pack_profile(_profile(tmp_path, _multilinear_doc()))
+    rng = np.random.default_rng(3)
+    # nodes, points between them, and points past both ends of every axis (linear extrapolation)
+    for b, t, c in [(1, 1, 0), (9, 5000, 1024), (2, 10, 64)] + [
+        (rng.uniform(1, 14), rng.uniform(1, 9000), rng.uniform(0, 3000)) for _ in range(200)
+    ]:
+        assert K.table_pass(fp, float(b), float(t), float(c)) == pytest.approx(_pre(b, t, c), rel=1e-12)
+    for b, c in [(1, 1), (20, 9000)] + [(rng.uniform(1, 40), rng.uniform(1, 30000)) for _ in range(200)]:
+        n = max(1, round(b))
+        assert K.step_ms(fp, float(n * c), n, 1.0) == pytest.approx(_dec(n, c), rel=1e-12)
+
+
+def test_a_pass_reads_the_table_at_its_requests_and_mean_tokens(tmp_path):
+    fp = pack_profile(_profile(tmp_path, _multilinear_doc()))
+    # 3 requests, 300 tokens cached or computed before the pass, 1500 after: 400 each computed on 100
+    got = K.pass_prefill_ms(fp, np.int64(300), np.int64(1500), np.int64(3))
+    assert got == pytest.approx(_pre(3, 1200, 100), rel=1e-12)
+    assert K.pass_prefill_ms(fp, np.int64(300), np.int64(300), np.int64(3)) == 0.0  # nothing computed
+    assert K.prefill_span(fp, np.int64(777)) == pytest.approx(_pre(1, 777, 0), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["synthetic", *builtin_tables()])
+def test_a_decode_span_is_the_sum_of_its_steps(tmp_path, name):
+    prof = _profile(tmp_path, _multilinear_doc()) if name == "synthetic" else resolve_profile({"name": name})
+    fp = pack_profile(prof)
+    rng = np.random.default_rng(11)
+    cases = [(5000, 7, 300), (0, 1, 1), (64 * 900, 64, 1000), (10**6, 300, 2000), (17, 17, 50_000)]
+    cases += [(int(rng.integers(0, 10**6)), int(rng.integers(1, 600)), int(rng.integers(1, 3000))) for _ in range(30)]
+    for x0, n, k in cases:
+        span = K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(k), 1.0)
+        steps = sum(K.step_ms(fp, float(x0 + n * j), np.int64(n), 1.0) for j in range(k))
+        assert span == pytest.approx(steps, rel=1e-11), (x0, n, k)
