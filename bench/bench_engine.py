@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--record", action="store_true", help="append the result to bench/RESULTS.md")
     ap.add_argument("--serial", action="store_true", help="one thread (steadier for A/B comparisons)")
     ap.add_argument("--decode-kv-blocks", type=int, default=None, help="e.g. 1200: a cell under KV pressure")
+    ap.add_argument("--profile", default=None, help="a built-in profile instead of dynamo-mocker, e.g. an aic table")
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
     spec = reference_cell(n_p, n_d, a.concurrency)
@@ -62,6 +63,12 @@ def main() -> int:
         from dataclasses import replace
 
         spec = replace(spec, cluster=replace(spec.cluster, decode_kv_blocks=a.decode_kv_blocks))
+    if a.profile:
+        from dataclasses import replace
+
+        from poa_mc.profiles import resolve_profile
+
+        spec = replace(spec, profile=resolve_profile({"name": a.profile}))
     kw = dict(
         replicas=a.replicas,
         requests=a.requests,
@@ -84,6 +91,7 @@ def main() -> int:
         f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) "
         f"backend={'cpu (serial)' if a.serial else first.device}"
         + (f" decode_kv_blocks={a.decode_kv_blocks}" if a.decode_kv_blocks else "")
+        + (f" profile={a.profile}" if a.profile else "")
         + ": "
         f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
         f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; "

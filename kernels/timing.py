@@ -82,18 +82,25 @@ def build(jit, jit_inline=None) -> Namespace:
         return v
 
     @jit
-    def table_step(fp, x, n):
-        """Decode step of n sequences holding x context tokens in all (bilinear in batch and
-        per-sequence context)."""
+    def decode_row(fp, n):
+        """The decode table's row blended at batch n: the context axis's offset and length, the two
+        batch rows' offsets and the weight of the second."""
         ob = np.int64(fp[F_TB_DB])
         oc = np.int64(fp[F_TB_DC])
         ov = np.int64(fp[F_TB_DV])
         nc = ov - oc
-        b = np.float64(n) if n > 0 else 1.0
-        ib, wb = bracket(fp, ob, oc - ob, b)
-        ic, wc = bracket(fp, oc, nc, x / b)
-        r0 = ov + ib * nc + ic
-        r1 = r0 + nc
+        ib, wb = bracket(fp, ob, oc - ob, np.float64(n) if n > 0 else 1.0)
+        r0 = ov + ib * nc
+        return oc, nc, r0, r0 + nc, wb
+
+    @jit
+    def table_step(fp, x, n):
+        """Decode step of n sequences holding x context tokens in all (bilinear in batch and
+        per-sequence context)."""
+        oc, nc, r0, r1, wb = decode_row(fp, n)
+        ic, wc = bracket(fp, oc, nc, x / (np.float64(n) if n > 0 else 1.0))
+        r0 += ic
+        r1 += ic
         return (1.0 - wb) * ((1.0 - wc) * fp[r0] + wc * fp[r0 + 1]) + wb * ((1.0 - wc) * fp[r1] + wc * fp[r1 + 1])
 
     @jit
@@ -103,16 +110,9 @@ def build(jit, jit_inline=None) -> Namespace:
         context c0 + j crosses adds an arithmetic series."""
         if k <= 0:
             return 0.0
-        ob = np.int64(fp[F_TB_DB])
-        oc = np.int64(fp[F_TB_DC])
-        ov = np.int64(fp[F_TB_DV])
-        nc = ov - oc
-        b = np.float64(n) if n > 0 else 1.0
-        ib, wb = bracket(fp, ob, oc - ob, b)
-        c0 = np.float64(x0) / b
+        oc, nc, r0, r1, wb = decode_row(fp, n)
+        c0 = np.float64(x0) / (np.float64(n) if n > 0 else 1.0)
         m, _ = bracket(fp, oc, nc, c0)
-        r0 = ov + ib * nc
-        r1 = r0 + nc
         total = 0.0
         j = np.int64(0)
         while j < k:
@@ -211,6 +211,7 @@ def build(jit, jit_inline=None) -> Namespace:
 
     return Namespace(
         bracket=bracket,
+        decode_row=decode_row,
         table_pass=table_pass,
         table_step=table_step,
         table_span=table_span,

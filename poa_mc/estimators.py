@@ -402,13 +402,13 @@ def router_cost(tokens: np.ndarray, blocks: np.ndarray, block_size: int, overlap
 
 def prefill_ms_cost(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | None = None) -> np.ndarray:
     """Predicted prefill time (ms) of `tokens` uncached tokens (no time for zero tokens): the
-    profile's pass time (poa_mc.profiles.prefill_ms, the kernels' formula) for a polynomial
+    profile's pass time (poa_mc.profiles.prefill_ms, the kernels' formula) for a polynomial or aic
     profile; for a theory profile, whose pass serves one request, the share tokens / isl of one
     request's service."""
     from poa_mc.profiles import prefill_ms
 
     t = np.asarray(tokens, dtype=np.float64)
-    if profile.kind == "polynomial":
+    if profile.kind in ("polynomial", "aic"):
         return np.asarray(prefill_ms(profile, t), dtype=np.float64)
     if isl is None:
         raise ValueError("theory profiles need the request's isl to count requests ahead")
@@ -440,7 +440,9 @@ def predicted_ttft_ms(
     if recompute_last_block and isl is not None:
         floor = recomputed_tokens(isl, block_size).astype(np.float64)
         t = np.maximum(t, floor[..., None] if floor.ndim and floor.ndim < t.ndim else floor)
-    first_step = profile.d0 if profile.kind == "polynomial" else profile.decode_ms
+    from poa_mc.profiles import decode_ms
+
+    first_step = decode_ms(profile, 0.0, 16384, 64)  # at an empty cache the capacity does not matter
     return prefill_ms_cost(t, profile, isl) + first_step
 
 

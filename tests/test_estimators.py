@@ -785,3 +785,14 @@ def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
     np.testing.assert_allclose(got, want)
     # without the cap a fully cached prompt costs the first step alone, as before
     np.testing.assert_allclose(predicted_ttft_ms(tokens, p, isl)[0, 0, 0], p.d0)
+
+
+def test_an_aic_profile_is_priced_from_its_table():
+    from poa_mc.estimators import predicted_ttft_ms
+    from poa_mc.profiles import load, resolve_profile
+
+    p = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
+    t = load("aic-b200-llama70b-fp8-tp4-vllm")
+    got = predicted_ttft_ms(np.array([[0.0, 64.0, 4096.0]]), p)
+    want = [t.decode_ms(1, 0), t.prefill_ms(1, 64) + t.decode_ms(1, 0), t.prefill_ms(1, 4096) + t.decode_ms(1, 0)]
+    assert np.allclose(got[0], want, rtol=1e-12)
