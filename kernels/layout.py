@@ -160,15 +160,18 @@ F_PL_START = 36  # planner: time a worker takes to start once the GPUs it needs 
 F_PL_SLO_T = 37  # planner: TTFT target, ms
 F_PL_SLO_I = 38  # planner: ITL target, ms
 F_TAB = 39  # 1: pass and step times interpolated in the table region (an aic profile); 0: the polynomial
-# Offsets (stored as floats) into fp of the table region's arrays; an axis's length is the next offset minus its own.
-F_TB_PB = 40  # prefill: batch axis (requests in the pass)
-F_TB_PU = 41  # prefill: uncached tokens computed by the pass, all requests together
-F_TB_PC = 42  # prefill: cached (or already computed) tokens per request
-F_TB_PV = 43  # prefill: pass ms, [batch][uncached][cached], C order
-F_TB_DB = 44  # decode: batch axis (sequences in the step)
-F_TB_DC = 45  # decode: context tokens per sequence
-F_TB_DV = 46  # decode: step ms, [batch][context], C order; the region ends at len(fp)
-NF_P = 47
+# Offsets (stored as floats) into fp of the table region's arrays, in this order; an axis's length
+# is the next offset minus its own (poa_mc/timing_tables.py: TimingTable.parts).
+F_TB_PB = 40  # prefill attention: batch axis (requests in the pass)
+F_TB_PU = 41  # prefill attention: new tokens per request
+F_TB_PC = 42  # prefill attention: cached (or already computed) tokens per request
+F_TB_PV = 43  # prefill attention: ms, [batch][uncached][cached], C order
+F_TB_GT = 44  # prefill outside attention: tokens of the pass, all requests together
+F_TB_GV = 45  # prefill outside attention: ms per token node
+F_TB_DB = 46  # decode: batch axis (sequences in the step)
+F_TB_DC = 47  # decode: context tokens per sequence
+F_TB_DV = 48  # decode: step ms, [batch][context], C order; the region ends at len(fp)
+NF_P = 49
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica

@@ -7,7 +7,8 @@ Two shapes, chosen per cell by fp[F_TAB]:
   p2 T^2 + p1 T + p0 ms; a step over X context tokens costs d2 u^2 + d1 u + d0 ms with
   u = min(1, X / capacity). Batch size does not enter.
 - the table (aic profiles, poa_mc/timing_tables.py): a pass of b requests computing T tokens in
-  all on c cached ones each is interpolated trilinearly in V_p[b][T][c]; a step of b sequences whose
+  all, on c cached ones each, is G(T) + A(b, T / b, c): the part outside attention linear in T
+  between the nodes of its fine token axis, attention trilinear; a step of b sequences whose
   context averages c tokens bilinearly in V_d[b][c]. Outside an axis the nearest interval's line
   goes on (linear extrapolation), so a table needs no clamp and its spans stay exact.
 
@@ -34,6 +35,8 @@ from .layout import (
     F_TB_DB,
     F_TB_DC,
     F_TB_DV,
+    F_TB_GT,
+    F_TB_GV,
     F_TB_PB,
     F_TB_PC,
     F_TB_PU,
@@ -61,18 +64,22 @@ def build(jit, jit_inline=None) -> Namespace:
         return lo, (x - a) / (fp[off + lo + 1] - a)
 
     @jit
-    def table_pass(fp, b, u, c):
-        """Prefill pass of b requests computing u tokens in all on c cached ones each (trilinear)."""
+    def table_pass(fp, b, t, c):
+        """Prefill pass of b requests computing t tokens in all on c cached ones each: the part
+        outside attention at t tokens, and attention at t / b new tokens per request (trilinear)."""
         ob = np.int64(fp[F_TB_PB])
         ou = np.int64(fp[F_TB_PU])
         oc = np.int64(fp[F_TB_PC])
         ov = np.int64(fp[F_TB_PV])
+        og = np.int64(fp[F_TB_GT])
+        ogv = np.int64(fp[F_TB_GV])
         nu = oc - ou
         nc = ov - oc
+        ig, wg = bracket(fp, og, ogv - og, t)
+        v = (1.0 - wg) * fp[ogv + ig] + wg * fp[ogv + ig + 1]
         ib, wb = bracket(fp, ob, ou - ob, b)
-        iu, wu = bracket(fp, ou, nu, u)
+        iu, wu = bracket(fp, ou, nu, t / b)
         ic, wc = bracket(fp, oc, nc, c)
-        v = 0.0
         for db in range(2):
             fb = wb if db == 1 else 1.0 - wb
             for du in range(2):
@@ -92,16 +99,6 @@ def build(jit, jit_inline=None) -> Namespace:
         ib, wb = bracket(fp, ob, oc - ob, np.float64(n) if n > 0 else 1.0)
         r0 = ov + ib * nc
         return oc, nc, r0, r0 + nc, wb
-
-    @jit
-    def table_step(fp, x, n):
-        """Decode step of n sequences holding x context tokens in all (bilinear in batch and
-        per-sequence context)."""
-        oc, nc, r0, r1, wb = decode_row(fp, n)
-        ic, wc = bracket(fp, oc, nc, x / (np.float64(n) if n > 0 else 1.0))
-        r0 += ic
-        r1 += ic
-        return (1.0 - wb) * ((1.0 - wc) * fp[r0] + wc * fp[r0 + 1]) + wb * ((1.0 - wc) * fp[r1] + wc * fp[r1 + 1])
 
     @jit
     def table_span(fp, x0, n, k):
@@ -166,7 +163,9 @@ def build(jit, jit_inline=None) -> Namespace:
         """One decode step of n sequences holding x context tokens in all (cap: the worker's
         capacity in tokens, the polynomial's u = 1)."""
         if fp[F_TAB] != 0.0:
-            return table_step(fp, x, n)
+            # a table's step is its span of one step, on the out-of-line call decode_span takes
+            # (a call site of its own here cost the polynomial path ~5%)
+            return clamped_span(fp, np.int64(x), np.int64(n), np.int64(1), cap)
         u = x / cap
         if u > 1.0:
             u = 1.0
@@ -213,7 +212,6 @@ def build(jit, jit_inline=None) -> Namespace:
         bracket=bracket,
         decode_row=decode_row,
         table_pass=table_pass,
-        table_step=table_step,
         table_span=table_span,
         prefill_span=prefill_span,
         pass_prefill_ms=pass_prefill_ms,

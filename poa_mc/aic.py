@@ -19,12 +19,17 @@ import numpy as np
 from poa_mc.timing_tables import FORMAT, MONOTONE_AXES, lower_envelope
 
 # The grid. aiconfigurator's latencies are staircases: a GEMM's time jumps where its rows (the
-# tokens of a pass, the sequences of a step) cross a tile or wave boundary, by up to 70% on H200,
+# tokens of a pass, the sequences of a step) cross a tile or wave boundary, by up to 73% on H200,
 # and slopes between. A fixed sparse grid misses those jumps, so each axis's nodes are chosen from
 # a scan at every integer (select_nodes): a node on each side of every jump, and as few as keep
-# linear interpolation within NODE_TOL of the scanned values. The cached axis is fixed.
-PREFILL_MAX_BATCH = 256  # the default max_seqs; nodes chosen from a scan of every batch
+# linear interpolation within NODE_TOL of the scanned values. A prefill pass is aiconfigurator's
+# sum of per-operator times, and it splits in two: everything but attention depends on the
+# pass's tokens alone (its GEMMs' rows: one axis, where the jumps are), attention on the requests,
+# their new tokens each and their cached tokens (smooth). The table keeps the two apart.
 PREFILL_MAX_TOKENS = 16384  # twice the default token budget; beyond it the last interval's line goes on
+PREFILL_BATCH = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+PREFILL_UNCACHED_SCAN = tuple(range(1, PREFILL_MAX_TOKENS + 1, 16))
+PREFILL_UNCACHED_SCAN_ROWS = ((1, 0), (4, 0), (1, 8192), (16, 2048))  # (batch, cached) rows to follow
 PREFILL_CACHED = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 DECODE_MAX_BATCH = 512
 DECODE_CONTEXT_SCAN = tuple(range(1, 131073, 64))
@@ -87,6 +92,13 @@ def sdk_prefill_ms(handle: Any, batch: int, uncached: int, cached: int) -> float
     return float(handle.predict_prefill_latency(int(batch), int(uncached + cached), int(cached)))
 
 
+def sdk_gemm_ms(handle: Any, tokens: int) -> float:
+    """aiconfigurator's pass time outside attention for a pass of `tokens` new tokens (GEMMs,
+    norms, all-reduces: its mixed step's shared non-attention part, which depends on the tokens
+    alone)."""
+    return float(handle.mixed_step_breakdown(int(tokens), 0, int(tokens), 2, 0)[1])
+
+
 def sdk_decode_ms(handle: Any, batch: int, context: int) -> float:
     """aiconfigurator's step of `batch` sequences of `context` tokens each (one step: osl = 2)."""
     return float(handle.predict_decode_latency(int(batch), int(context), 2))
@@ -112,16 +124,13 @@ def _envelope_report(raw: np.ndarray, ms: np.ndarray) -> dict[str, Any]:
             "worst_index": [int(i) for i in worst]}  # fmt: skip
 
 
-def _prefill_entry(h: Any, b: int, tokens: int, cached: int) -> float:
-    """The pass of b requests computing `tokens` tokens in all: aiconfigurator takes whole tokens
-    per request, so an uneven split is interpolated between its neighbours; a pass cannot have
-    more requests than tokens, so there b stands at `tokens`."""
-    b = min(b, tokens)
-    lo, hi = tokens // b, -(-tokens // b)
-    v = sdk_prefill_ms(h, b, lo, cached)
-    if hi == lo:
-        return v
-    return v + (tokens / b - lo) * (sdk_prefill_ms(h, b, hi, cached) - v)
+def _attention_ms(h: Any, gemm: dict[int, float], b: int, u: int, c: int) -> float:
+    """Attention's share of the pass of b requests of u new tokens on c cached each: the pass less
+    its part outside attention (memoised by token count in `gemm`)."""
+    t = b * u
+    if t not in gemm:
+        gemm[t] = sdk_gemm_ms(h, t)
+    return sdk_prefill_ms(h, b, u, c) - gemm[t]
 
 
 def build_table(
@@ -145,21 +154,28 @@ def build_table(
     # Nodes are chosen on the envelope of each scan (what the table holds), so that a row's
     # flattened teeth are followed as well as its rises. Prefill tokens: every batch of the table,
     # nothing and a long prefix cached; decode batch over short to long contexts; context over batches.
-    pb_scan = np.arange(1, PREFILL_MAX_BATCH + 1)
-    pb_rows = np.array([[sdk_prefill_ms(h, int(b), u, 0) for b in pb_scan] for u in (1, 4, 16, 64)])
-    p_batch = pb_scan[select_nodes(pb_scan, pb_rows)]
     t_scan = np.arange(1, PREFILL_MAX_TOKENS + 1)
-    t_rows = np.array([[_prefill_entry(h, int(b), int(t), c) for t in t_scan] for b in p_batch for c in (0, 8192)])
-    tokens = t_scan[select_nodes(t_scan, env(t_rows, (1,)))]
+    gemm_raw = np.array([sdk_gemm_ms(h, int(t)) for t in t_scan])
+    g_env = env(gemm_raw[None, :], (1,))[0]
+    t_nodes = select_nodes(t_scan, g_env[None, :])
+    tokens, gemm_ms = t_scan[t_nodes], g_env[t_nodes]
+    memo = {int(t): float(v) for t, v in zip(t_scan, gemm_raw)}
+    u_scan = np.array(PREFILL_UNCACHED_SCAN)
+    u_rows = np.array(
+        [[_attention_ms(h, memo, b, int(u), c) for u in u_scan] for b, c in PREFILL_UNCACHED_SCAN_ROWS]
+    )
+    uncached = u_scan[select_nodes(u_scan, env(u_rows, (1,)))]
+    att = np.array(
+        [[[_attention_ms(h, memo, b, int(u), c) for c in PREFILL_CACHED] for u in uncached] for b in PREFILL_BATCH]
+    )
     b_scan = np.arange(1, DECODE_MAX_BATCH + 1)
     b_rows = np.array([[sdk_decode_ms(h, int(b), c) for b in b_scan] for c in DECODE_BATCH_SCAN_CONTEXTS])
     d_batch = b_scan[select_nodes(b_scan, env(b_rows, (1,)))]
     c_scan = np.array(DECODE_CONTEXT_SCAN)
     c_rows = np.array([[sdk_decode_ms(h, b, int(c)) for c in c_scan] for b in DECODE_CONTEXT_SCAN_BATCHES])
     d_context = c_scan[select_nodes(c_scan, env(c_rows, (1,)))]
-    pre = np.array([[[_prefill_entry(h, int(b), int(t), c) for c in PREFILL_CACHED] for t in tokens] for b in p_batch])
     dec = np.array([[sdk_decode_ms(h, int(b), int(c)) for c in d_context] for b in d_batch])
-    pre_ms = env(pre, MONOTONE_AXES["prefill"])
+    att_ms = env(att, MONOTONE_AXES["attention"])
     dec_ms = env(dec, MONOTONE_AXES["decode"])
     resolved_version = backend_version
     try:
@@ -181,17 +197,24 @@ def build_table(
             "backend_version": resolved_version,
             "tp": tp,
             "built": _dt.date.today().isoformat(),
-            "calls": "prefill: predict_prefill_latency(batch, tokens / batch + cached, cached); "
+            "calls": "prefill outside attention: mixed_step_breakdown(tokens, 0, tokens, 2, 0)[1]; attention: "
+            "predict_prefill_latency(batch, uncached + cached, cached) less that at batch x uncached tokens; "
             "decode: predict_decode_latency(batch, context, 2)",
             "node_tol": NODE_TOL,
-            "monotone": {"prefill": _envelope_report(pre, pre_ms), "decode": _envelope_report(dec, dec_ms)},
+            "monotone": {
+                "prefill_gemm": _envelope_report(gemm_raw[t_nodes], gemm_ms),
+                "prefill_attention": _envelope_report(att, att_ms),
+                "decode": _envelope_report(dec, dec_ms),
+            },
             "notice": NOTICE,
         },
         "prefill": {
-            "batch": [int(b) for b in p_batch],
             "tokens": [int(t) for t in tokens],
+            "gemm_ms": np.round(gemm_ms, 4).tolist(),
+            "batch": list(PREFILL_BATCH),
+            "uncached": [int(u) for u in uncached],
             "cached": list(PREFILL_CACHED),
-            "ms": np.round(pre_ms, 4).tolist(),
+            "attention_ms": np.round(att_ms, 4).tolist(),
         },
         "decode": {
             "batch": [int(b) for b in d_batch],

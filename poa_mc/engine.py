@@ -287,7 +287,7 @@ def pack_profile(p: ProfileSpec) -> np.ndarray:
 
         region, offsets = by_sha(p.table_sha).region()
         fp[L.F_TAB] = 1.0
-        fields = (L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV)
+        fields = (L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_GT, L.F_TB_GV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV)
         for f, off in zip(fields, offsets):
             fp[f] = L.NF_P + off
         fp = np.concatenate([fp, region])

@@ -2,23 +2,28 @@
 
 A table file (JSON, written by poa_mc.aic) holds a worker's pass and step times on a grid:
 
-    {"format": "poa-mc timing table 1", "name": ..., "provenance": {...},
-     "prefill": {"batch": [...], "tokens": [...], "cached": [...], "ms": [[[...]]]},
+    {"format": "poa-mc timing table 2", "name": ..., "envelope": true, "provenance": {...},
+     "prefill": {"tokens": [...], "gemm_ms": [...],
+                 "batch": [...], "uncached": [...], "cached": [...], "attention_ms": [[[...]]]},
      "decode": {"batch": [...], "context": [...], "ms": [[...]]}}
 
-`prefill.ms[b][t][c]` is the pass of `batch[b]` requests computing `tokens[t]` uncached tokens in
-all (GEMM rows: where the source's latency jumps), on `cached[c]` tokens each already in the
-cache; `decode.ms[b][c]` the step of `batch[b]` sequences whose context is `context[c]` tokens
-each. `ms` is what the kernels interpolate (kernels/timing.py): the source's values made
-non-decreasing in tokens, cached tokens, sequences and context by the lower envelope, ms = the
-least value at any point at least as large on those axes, since a pass or a step can always be
-padded to a larger one (docs/profiles.md, "aic"); `"envelope": false` marks a table kept as its
-source gave it (`poa-mc profiles build-aic --no-envelope`), falls and all. Axes are strictly
-increasing, at least two points, gaps of at least one (token or request).
+A prefill pass of b requests, each computing u new tokens on c cached ones, takes
+gemm_ms(b u) + attention_ms(b, u, c): `gemm_ms[t]` is everything but attention for a pass of
+`tokens[t]` new tokens in all (the GEMMs' rows: where the source's latency jumps, so this axis is
+fine), `attention_ms[b][u][c]` attention for `batch[b]` requests of `uncached[u]` new tokens on
+`cached[c]`. `decode.ms[b][c]` is the step of `batch[b]` sequences whose context is `context[c]`
+tokens each. The kernels interpolate these (kernels/timing.py). With `"envelope": true` the
+source's values were made non-decreasing in tokens (gemm_ms), in new and cached tokens
+(attention_ms) and in sequences and context (decode) by the lower envelope: each value is the
+least at any point at least as large on those axes, since a pass or a step can always be padded to
+a larger one (docs/profiles.md, "aic"); `false` marks a table kept as its source gave it
+(`poa-mc profiles build-aic --no-envelope`), falls and all. Axes are strictly increasing, at
+least two points, gaps of at least one (token or request).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -30,7 +35,7 @@ import numpy as np
 
 from poa_mc.spec import SpecError
 
-FORMAT = "poa-mc timing table 1"
+FORMAT = "poa-mc timing table 2"
 TABLES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
 
@@ -53,35 +58,40 @@ def builtin_tables() -> dict[str, Path]:
 @dataclass(frozen=True, eq=False)
 class TimingTable:
     name: str
-    prefill_batch: np.ndarray
     prefill_tokens: np.ndarray
+    prefill_gemm_ms: np.ndarray  # (tokens,)
+    prefill_batch: np.ndarray
+    prefill_uncached: np.ndarray
     prefill_cached: np.ndarray
-    prefill_ms: np.ndarray  # (batch, tokens, cached)
+    prefill_attention_ms: np.ndarray  # (batch, uncached, cached)
     decode_batch: np.ndarray
     decode_context: np.ndarray
     decode_ms: np.ndarray  # (batch, context)
     provenance: dict[str, Any] = field(default_factory=dict)
     sha: str = ""
 
+    def parts(self) -> list[np.ndarray]:
+        """The arrays in the order the kernels read them (kernels/layout.py, F_TB_*)."""
+        return [
+            self.prefill_batch, self.prefill_uncached, self.prefill_cached, self.prefill_attention_ms.ravel(),
+            self.prefill_tokens, self.prefill_gemm_ms, self.decode_batch, self.decode_context, self.decode_ms.ravel(),
+        ]  # fmt: skip
+
     @functools.cached_property
     def _region(self) -> tuple[np.ndarray, tuple[int, ...]]:
-        parts = [
-            self.prefill_batch, self.prefill_tokens, self.prefill_cached, self.prefill_ms.ravel(),
-            self.decode_batch, self.decode_context, self.decode_ms.ravel(),
-        ]  # fmt: skip
+        parts = self.parts()
         offsets = tuple(int(x) for x in np.cumsum([0] + [len(p) for p in parts[:-1]]))
         return np.concatenate(parts).astype(np.float64), offsets
 
     def region(self) -> tuple[np.ndarray, tuple[int, ...]]:
-        """The floats the kernels read after fp's fixed fields, and the offsets (relative to the
-        region's start) of prefill batch, tokens, cached, values, decode batch, context, values."""
+        """The floats the kernels read after fp's fixed fields, and each array's offset in them
+        (relative to the region's start), in the order of `parts`."""
         return self._region
 
 
-# Axes along which a time cannot fall: a pass computing more tokens or on more cached ones, a step of
-# more sequences or longer ones. (A pass of the same tokens split among more requests is cheaper:
-# less attention, so the prefill batch axis is free.)
-MONOTONE_AXES = {"prefill": (1, 2), "decode": (0, 1)}
+# Axes along which a time cannot fall: attention over more new or cached tokens, a step of more
+# sequences or longer ones (and the part outside attention over more tokens: its one axis).
+MONOTONE_AXES = {"gemm": (0,), "attention": (1, 2), "decode": (0, 1)}
 
 
 def lower_envelope(values: np.ndarray, axes: tuple[int, ...] | None = None) -> np.ndarray:
@@ -107,15 +117,17 @@ def _axis(doc: dict, key: str, path: str) -> np.ndarray:
     return a
 
 
-def _values(doc: dict, key: str, path: str, shape: tuple[int, ...], axes: tuple[int, ...] | None) -> np.ndarray:
+def _values(
+    doc: dict, key: str, path: str, shape: tuple[int, ...], axes: tuple[int, ...] | None, zero: bool = False
+) -> np.ndarray:
     try:
         a = np.asarray(doc.get(key), dtype=np.float64)
     except (TypeError, ValueError):
         raise SpecError(f"{path}.{key}", f"must be a {len(shape)}-dimensional array of numbers") from None
     if a.shape != shape:
         raise SpecError(f"{path}.{key}", f"must have shape {list(shape)} (the axes), got {list(a.shape)}")
-    if not np.all(np.isfinite(a)) or not np.all(a > 0):
-        raise SpecError(f"{path}.{key}", "every time must be a finite number of ms > 0")
+    if not np.all(np.isfinite(a)) or not np.all(a >= 0 if zero else a > 0):
+        raise SpecError(f"{path}.{key}", f"every time must be a finite number of ms {'>=' if zero else '>'} 0")
     if axes is not None and not np.array_equal(a, lower_envelope(a, axes)):
         raise SpecError(f"{path}.{key}", "must be non-decreasing in tokens and context (poa_mc.aic writes it so)")
     return a
@@ -131,24 +143,27 @@ def parse(doc: Any, path: str) -> TimingTable:
             raise SpecError(f"{path}.{sec}", "missing table section")
         sections[sec] = doc[sec]
     p, d = sections["prefill"], sections["decode"]
-    pb, pu, pc = (_axis(p, k, f"{path}.prefill") for k in ("batch", "tokens", "cached"))
-    if pb[0] < 1 or pu[0] < 1:
-        raise SpecError(f"{path}.prefill", "batch and tokens axes start at 1 or more")
-    db, dc = (_axis(d, k, f"{path}.decode") for k in ("batch", "context"))
-    if db[0] < 1:
-        raise SpecError(f"{path}.decode.batch", "must start at 1 or more")
     envelope = doc.get("envelope", True)
     if not isinstance(envelope, bool):
         raise SpecError(f"{path}.envelope", "must be true or false")
-    pv = _values(
-        p, "ms", f"{path}.prefill", (len(pb), len(pu), len(pc)), MONOTONE_AXES["prefill"] if envelope else None
-    )
-    dv = _values(d, "ms", f"{path}.decode", (len(db), len(dc)), MONOTONE_AXES["decode"] if envelope else None)
-    sha = hashlib.sha256(np.concatenate([pb, pu, pc, pv.ravel(), db, dc, dv.ravel()]).tobytes()).hexdigest()[:16]
+
+    def mono(kind: str) -> tuple[int, ...] | None:
+        return MONOTONE_AXES[kind] if envelope else None
+
+    pt = _axis(p, "tokens", f"{path}.prefill")
+    pb, pu, pc = (_axis(p, k, f"{path}.prefill") for k in ("batch", "uncached", "cached"))
+    if pt[0] < 1 or pb[0] < 1 or pu[0] < 1:
+        raise SpecError(f"{path}.prefill", "the tokens, batch and uncached axes start at 1 or more")
+    db, dc = (_axis(d, k, f"{path}.decode") for k in ("batch", "context"))
+    if db[0] < 1:
+        raise SpecError(f"{path}.decode.batch", "must start at 1 or more")
+    pg = _values(p, "gemm_ms", f"{path}.prefill", (len(pt),), mono("gemm"))
+    pa = _values(p, "attention_ms", f"{path}.prefill", (len(pb), len(pu), len(pc)), mono("attention"), zero=True)
+    dv = _values(d, "ms", f"{path}.decode", (len(db), len(dc)), mono("decode"))
+    table = TimingTable(str(doc.get("name", "")), pt, pg, pb, pu, pc, pa, db, dc, dv)
+    sha = hashlib.sha256(np.concatenate(table.parts()).tobytes()).hexdigest()[:16]
     prov = doc.get("provenance", {})
-    return TimingTable(
-        str(doc.get("name", "")), pb, pu, pc, pv, db, dc, dv, prov if isinstance(prov, dict) else {}, sha
-    )
+    return dataclasses.replace(table, provenance=prov if isinstance(prov, dict) else {}, sha=sha)
 
 
 @functools.lru_cache(maxsize=32)

@@ -13,7 +13,7 @@ from poa_mc.profiles import resolve_profile
 from poa_mc.timing_tables import FORMAT, builtin_tables
 
 K = cpu._K.timing
-PB, PT, PC = [1, 2, 5, 9], [1, 10, 100, 1000, 5000], [0, 64, 1024]
+PT, PB, PU, PC = [1, 10, 100, 1000, 5000], [1, 2, 5, 9], [1, 10, 100, 1000], [0, 64, 1024]
 DB, DC = [1, 3, 8, 20], [1, 100, 1000, 9000]
 
 
@@ -27,30 +27,44 @@ def test_decode_span_is_the_sum_of_step_times():
 
 
 def _multilinear_doc(**extra):
-    """A table whose values are affine in each axis separately (so multilinear interpolation and
-    its extrapolation reproduce them exactly) and non-decreasing in tokens, cached and context."""
-    b, t, c = np.meshgrid(PB, PT, PC, indexing="ij")
-    pre = 5.0 + 0.3 * b + 0.02 * t + 0.001 * c + 1e-5 * t * c
+    """A table whose values are affine in each axis separately (so interpolation and its
+    extrapolation reproduce them exactly) and non-decreasing in tokens, cached and context."""
+    b, u, c = np.meshgrid(PB, PU, PC, indexing="ij")
     db, dc = np.meshgrid(DB, DC, indexing="ij")
-    dec = 4.0 + 0.05 * db + 1e-4 * dc + 2e-5 * db * dc
     doc = {
         "format": FORMAT,
         "name": "synthetic",
-        "prefill": {"batch": PB, "tokens": PT, "cached": PC, "ms": pre.tolist()},
-        "decode": {"batch": DB, "context": DC, "ms": dec.tolist()},
+        "prefill": {
+            "tokens": PT,
+            "gemm_ms": [_gemm(t) for t in PT],
+            "batch": PB,
+            "uncached": PU,
+            "cached": PC,
+            "attention_ms": _att(b, u, c).tolist(),
+        },
+        "decode": {"batch": DB, "context": DC, "ms": _dec(db, dc).tolist()},
     }
     doc.update(extra)
     return doc
+
+
+def _gemm(t):
+    return 3.0 + 0.02 * t
+
+
+def _att(b, u, c):
+    return 2.0 + 0.3 * b + 0.001 * u + 0.001 * c + 1e-5 * u * c
+
+
+def _pre(b, t, c):
+    """A pass of b requests, t new tokens in all, c cached each."""
+    return _gemm(t) + _att(b, t / b, c)
 
 
 def _profile(tmp_path, doc):
     f = tmp_path / "t.json"
     f.write_text(json.dumps(doc))
     return resolve_profile({"kind": "aic", "table": str(f)})
-
-
-def _pre(b, t, c):
-    return 5.0 + 0.3 * b + 0.02 * t + 0.001 * c + 1e-5 * t * c
 
 
 def _dec(b, x):
@@ -65,7 +79,8 @@ def test_interpolation_reproduces_a_multilinear_table_on_and_off_its_grid(tmp_pa
         (rng.uniform(1, 14), rng.uniform(1, 9000), rng.uniform(0, 3000)) for _ in range(200)
     ]:
         assert K.table_pass(fp, float(b), float(t), float(c)) == pytest.approx(_pre(b, t, c), rel=1e-12)
-    for b, c in [(1, 1), (20, 9000)] + [(rng.uniform(1, 40), rng.uniform(1, 30000)) for _ in range(200)]:
+    # a step's context is a whole number of tokens
+    for b, c in [(1, 1), (20, 9000)] + [(rng.uniform(1, 40), round(rng.uniform(1, 30000))) for _ in range(200)]:
         n = max(1, round(b))
         assert K.step_ms(fp, float(n * c), n, 1.0) == pytest.approx(_dec(n, c), rel=1e-12)
 

@@ -37,7 +37,9 @@ def test_lower_envelope_is_the_largest_monotone_table_below_the_source():
         (lambda d: d["prefill"].update(tokens=[1, 10, 10, 1000, 5000]), "prefill.tokens"),
         (lambda d: d["decode"].update(context=[1, 100, "x", 9000]), "decode.context"),
         (lambda d: d["decode"].update(ms=[[1.0, 2.0]]), "decode.ms"),
-        (lambda d: d["prefill"]["ms"][0][2].__setitem__(0, 1e6), "prefill.ms"),  # more cached, less time
+        (lambda d: d["prefill"]["attention_ms"][0][1].__setitem__(0, 1e6), "prefill.attention_ms"),  # more new, less
+        (lambda d: d["prefill"]["gemm_ms"].__setitem__(2, 1e6), "prefill.gemm_ms"),  # more tokens, less time
+        (lambda d: d["prefill"]["attention_ms"][0][1].__setitem__(0, -1.0), "prefill.attention_ms"),
         (lambda d: d["decode"]["ms"][1].__setitem__(1, -1.0), "decode.ms"),
         (lambda d: d.pop("decode"), "decode"),
     ],
@@ -68,7 +70,10 @@ def test_shipped_tables_are_monotone_with_their_provenance():
     for name, path in builtin_tables().items():
         doc = json.loads(path.read_text())
         t = parse(doc, name)
-        assert np.array_equal(t.prefill_ms, lower_envelope(t.prefill_ms, MONOTONE_AXES["prefill"]))
+        assert np.array_equal(t.prefill_gemm_ms, lower_envelope(t.prefill_gemm_ms, MONOTONE_AXES["gemm"]))
+        assert np.array_equal(
+            t.prefill_attention_ms, lower_envelope(t.prefill_attention_ms, MONOTONE_AXES["attention"])
+        )
         prov = doc["provenance"]
         assert (
             prov["packages"]["aiconfigurator-core"] and prov["model"] and prov["system"] and "Apache" in prov["notice"]
@@ -99,8 +104,8 @@ def test_the_notebook_api_gives_the_kernels_numbers(name):
 
 def test_a_table_kept_as_its_source_gave_it_may_fall():
     doc = _multilinear_doc(envelope=False)
-    doc["prefill"]["ms"][0][2][0] = 1e6  # more tokens, less time after it: refused with the envelope
-    assert parse(doc, "t.json").prefill_ms[0, 2, 0] == 1e6
+    doc["prefill"]["gemm_ms"][2] = 1e6  # more tokens, less time after it: refused with the envelope
+    assert parse(doc, "t.json").prefill_gemm_ms[2] == 1e6
     doc["envelope"] = "yes"
     with pytest.raises(SpecError) as e:
         parse(doc, "t.json")

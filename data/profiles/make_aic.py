@@ -29,9 +29,10 @@ def main() -> None:
         out = HERE / f"{name}.json"
         out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
         m = doc["provenance"]["monotone"]
-        print(f"{out.name}: {out.stat().st_size / 1024:.0f} KiB; envelope lowered "
-              f"{m['prefill']['points_lowered']} prefill and {m['decode']['points_lowered']} decode points "
-              f"(at most {m['prefill']['max_lowered_rel']:.1%} and {m['decode']['max_lowered_rel']:.1%})")
+        low = ", ".join(
+            f"{k} {v['points_lowered']}/{v['points']} (at most {v['max_lowered_rel']:.1%})" for k, v in m.items()
+        )
+        print(f"{out.name}: {out.stat().st_size / 1024:.0f} KiB; envelope lowered {low}")
 
 
 if __name__ == "__main__":
