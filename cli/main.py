@@ -536,6 +536,9 @@ def build_aic(
     from poa_mc.aic import AicUnavailable, build_table
     from poa_mc.timing_tables import parse
 
+    if not out.parent.is_dir():
+        raise BadInput(f"--out: no directory {str(out.parent)!r} to write the table in")
+
     try:
         doc = build_table(
             name or out.stem, model, system, backend, tp, backend_version=backend_version, envelope=envelope
@@ -549,11 +552,12 @@ def build_aic(
     tmp = out.with_name(out.name + ".part")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     tmp.replace(out)
-    m = doc["provenance"]["monotone"]
+    p, d = doc["prefill"], doc["decode"]
+    lowered = ", ".join(f"{k} {v['points_lowered']}/{v['points']}" for k, v in doc["provenance"]["monotone"].items())
     click.echo(
-        f"{out}: {len(doc['prefill']['batch'])} x {len(doc['prefill']['tokens'])} x {len(doc['prefill']['cached'])} "
-        f"prefill and {len(doc['decode']['batch'])} x {len(doc['decode']['context'])} decode points; "
-        f"envelope lowered {m['prefill']['points_lowered']} and {m['decode']['points_lowered']}"
+        f"{out}: prefill {len(p['tokens'])} token nodes and {len(p['batch'])} x {len(p['uncached'])} x "
+        f"{len(p['cached'])} attention nodes, decode {len(d['batch'])} x {len(d['context'])}; "
+        f"envelope lowered {lowered if envelope else 'nothing (--no-envelope)'}"
     )
 
 

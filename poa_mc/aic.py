@@ -83,7 +83,33 @@ def engine(model: str, system: str, backend: str, tp: int, **kwargs: Any) -> Any
             "aiconfigurator-core is not installed: pip install -e '.[aic]' (about 600 MB with pandas and pyarrow)"
         ) from e
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    return EngineHandle.compile(model, system, backend, tp_size=tp, **kwargs)
+    # a model it does not bundle would be fetched from the Hugging Face hub: refuse it here instead
+    models, systems = bundled()
+    if model not in models:
+        raise ValueError(
+            f"model {model!r} is not among aiconfigurator's {len(models)} bundled models (e.g. {models[0]})"
+        )
+    if system not in systems:
+        raise ValueError(f"system {system!r} is not one of aiconfigurator's: {', '.join(systems)}")
+    try:
+        return EngineHandle.compile(model, system, backend, tp_size=tp, **kwargs)
+    except Exception as e:  # noqa: BLE001 - the SDK raises its own types; the CLI reports them in one line
+        raise ValueError(f"{type(e).__name__}: {e}") from e
+
+
+def bundled() -> tuple[list[str], list[str]]:
+    """The models (Hugging Face names) and systems aiconfigurator-core ships data for."""
+    from importlib.resources import files
+
+    root = files("aiconfigurator_core")
+    models = sorted(
+        p.name[: -len("_config.json")].replace("--", "/", 1)
+        for p in (root / "model_configs").iterdir()
+        if p.name.endswith("_config.json") and not p.name.endswith("_hf_quant_config.json")
+    )
+    systems = sorted(p.name[: -len(".yaml")] for p in (root / "systems").iterdir() if p.name.endswith(".yaml"))
+    systems = [x for x in systems if (root / "systems" / "data" / x).is_dir()]
+    return models, systems
 
 
 def sdk_prefill_ms(handle: Any, batch: int, uncached: int, cached: int) -> float:
@@ -161,9 +187,7 @@ def build_table(
     tokens, gemm_ms = t_scan[t_nodes], g_env[t_nodes]
     memo = {int(t): float(v) for t, v in zip(t_scan, gemm_raw)}
     u_scan = np.array(PREFILL_UNCACHED_SCAN)
-    u_rows = np.array(
-        [[_attention_ms(h, memo, b, int(u), c) for u in u_scan] for b, c in PREFILL_UNCACHED_SCAN_ROWS]
-    )
+    u_rows = np.array([[_attention_ms(h, memo, b, int(u), c) for u in u_scan] for b, c in PREFILL_UNCACHED_SCAN_ROWS])
     uncached = u_scan[select_nodes(u_scan, env(u_rows, (1,)))]
     att = np.array(
         [[[_attention_ms(h, memo, b, int(u), c) for c in PREFILL_CACHED] for u in uncached] for b in PREFILL_BATCH]
@@ -200,7 +224,17 @@ def build_table(
             "calls": "prefill outside attention: mixed_step_breakdown(tokens, 0, tokens, 2, 0)[1]; attention: "
             "predict_prefill_latency(batch, uncached + cached, cached) less that at batch x uncached tokens; "
             "decode: predict_decode_latency(batch, context, 2)",
-            "node_tol": NODE_TOL,
+            "grid": {
+                "node_tol": NODE_TOL,
+                "prefill_tokens": f"nodes from every count 1..{PREFILL_MAX_TOKENS}",
+                "prefill_uncached": f"nodes from {PREFILL_UNCACHED_SCAN[0]}..{PREFILL_UNCACHED_SCAN[-1]} "
+                f"step {PREFILL_UNCACHED_SCAN[1] - PREFILL_UNCACHED_SCAN[0]} at (batch, cached) "
+                f"{list(PREFILL_UNCACHED_SCAN_ROWS)}",
+                "decode_batch": f"nodes from every batch 1..{DECODE_MAX_BATCH} at contexts "
+                f"{list(DECODE_BATCH_SCAN_CONTEXTS)}",
+                "decode_context": f"nodes from {DECODE_CONTEXT_SCAN[0]}..{DECODE_CONTEXT_SCAN[-1]} step "
+                f"{DECODE_CONTEXT_SCAN[1] - DECODE_CONTEXT_SCAN[0]} at batches {list(DECODE_CONTEXT_SCAN_BATCHES)}",
+            },
             "monotone": {
                 "prefill_gemm": _envelope_report(gemm_raw[t_nodes], gemm_ms),
                 "prefill_attention": _envelope_report(att, att_ms),

@@ -1,8 +1,10 @@
 """Timing profiles: built-in and user-described, resolved to `poa_mc.spec.ProfileSpec`.
 
-A profile is what a worker's scheduler pass costs. Every form reduces to the two shapes the kernels
-evaluate (see `ProfileSpec`): a polynomial (prefill quadratic in the uncached tokens T of a pass,
-decode step quadratic in the KV occupancy u), or a per-request exponential / deterministic time.
+A profile is what a worker's scheduler pass costs. Every form reduces to the three shapes the
+kernels evaluate (kernels/timing.py, see `ProfileSpec`): a polynomial (prefill quadratic in the
+uncached tokens T of a pass, decode step quadratic in the KV occupancy u), an aic table
+(poa_mc.timing_tables: pass and step by batch and tokens), or a per-request exponential /
+deterministic time. `load(name)` gives a notebook the kernels' numbers for any of them.
 
 Forms accepted by `resolve_profile` (TOML tables, shown inline):
 

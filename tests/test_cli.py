@@ -357,3 +357,30 @@ def test_an_open_loop_beyond_capacity_names_the_rate(tmp_path):
     r = invoke("run", "--grid", grid, "--out", tmp_path / "out", "--set", 'grid.topology=["1P/2D"]')
     assert r.exit_code == 2, r.output
     assert "grid.rate[1]: cell 1P/2D rate=100000/s" in r.output and "max_inflight" in r.output
+
+
+def test_build_aic_writes_a_table_a_grid_can_use(tmp_path, monkeypatch):
+    import importlib.util
+
+    out = tmp_path / "h100.json"
+    args = ["profiles", "build-aic", "--model", "nvidia/Llama-3.1-70B-Instruct-FP8", "--system", "h100_sxm",
+            "--tp", "4", "--out", out]  # fmt: skip
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        r = invoke(*args)
+        assert r.exit_code == 2 and "pip install -e '.[aic]'" in r.output and not out.exists()
+        return
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    assert not (tmp_path / "h100.json.part").exists()
+    grid = tmp_path / "g.toml"
+    grid.write_text(
+        '[profile]\nkind = "aic"\ntable = "h100.json"\n'
+        '[grid]\ntopology = ["1P/2D"]\nconcurrency = [4]\n[[policy]]\nname = "kv"\nkind = "kv"\n'
+    )
+    monkeypatch.chdir(tmp_path.parent)  # the table is found next to the grid, not in the working directory
+    r = invoke("validate", grid)
+    assert r.exit_code == 0, r.output
+    r = invoke(*args[:-1], tmp_path / "nope" / "x.json")
+    assert r.exit_code == 2 and "--out" in r.output
+    r = invoke("profiles", "build-aic", "--model", "no/such-model", "--system", "h100_sxm", "--tp", "4", "--out", out)
+    assert r.exit_code == 2 and r.output.startswith("Error: aiconfigurator refused"), r.output
