@@ -357,8 +357,12 @@ def presets(name: str | None) -> None:
 
             spec = _parse_profile({"profile": {"name": name}})
             click.echo(f"{name}: {profiles[name]}")
+            # an aic profile is its table: the polynomial's fields do not apply to it
+            poly = {"p2", "p1", "p0", "d2", "d1", "d0", "d_min", "prefill_ms", "decode_ms"}
+            skip = poly if spec.kind == "aic" else set()
             for k, v in vars(spec).items():
-                click.echo(f"  {k} = {v!r}")
+                if k not in skip:
+                    click.echo(f"  {k} = {v!r}")
             return
         raise BadInput(f"--show: no built-in grid or profile named {name!r}")
     click.echo("grids (poa-mc run --grid NAME):")

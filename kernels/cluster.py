@@ -8,7 +8,8 @@ then on idle decode workers.
 
 Decode runs in segments: with a fixed running set of n sequences whose summed context is X0 at
 the segment's first step, step j sees context X0 + n*j, so the time of k steps is a sum of a
-quadratic in j with a closed form (`decode_span`). A segment lasts until the next completion;
+quadratic in j with a closed form (kernels/timing.py: `decode_span`, which also sums an aic
+table's piecewise-linear steps). A segment lasts until the next completion;
 a request that becomes ready on a busy decode worker cuts the segment at the first step boundary
 at or after its ready time (a binary search over k), so it joins the next pass, exactly as step-
 by-step simulation would. With ip[P_NAIVE] = 1 every segment is one step, timed step by step:

@@ -122,11 +122,18 @@ def _builtin_table() -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
 
 
 def _aic_builtins() -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    import json
+
     from poa_mc.timing_tables import builtin_tables
 
     desc, tables = {}, {}
-    for name in builtin_tables():
-        desc[name] = "aiconfigurator timing table (measured kernels; data/profiles/make_aic.py, docs/profiles.md)"
+    for name, path in builtin_tables().items():
+        prov = json.loads(path.read_text()).get("provenance", {})
+        desc[name] = (
+            f"aiconfigurator {prov.get('packages', {}).get('aiconfigurator-core', '?')} measured-kernel table: "
+            f"{prov.get('model', '?')} TP{prov.get('tp', '?')} on {prov.get('system', '?')}, "
+            f"{prov.get('backend', '?')} {prov.get('backend_version') or ''}".rstrip()
+        )
         tables[name] = {"kind": "aic", "table": name}
     return desc, tables
 
