@@ -357,6 +357,7 @@ def presets(name: str | None) -> None:
 
             spec = _parse_profile({"profile": {"name": name}})
             click.echo(f"{name}: {profiles[name]}")
+            click.echo("resolved (the [profile] keys a grid may set are in docs/profiles.md):")
             # an aic profile is its table: the polynomial's fields do not apply to it
             poly = {"p2", "p1", "p0", "d2", "d1", "d0", "d_min", "prefill_ms", "decode_ms"}
             skip = poly if spec.kind == "aic" else set()
@@ -507,7 +508,11 @@ def profiles() -> None:
 
 
 @profiles.command("build-aic")
-@click.option("--model", required=True, help='aiconfigurator model, e.g. "nvidia/Llama-3.1-70B-Instruct-FP8".')
+@click.option(
+    "--model",
+    required=True,
+    help='aiconfigurator model, e.g. "nvidia/Llama-3.1-70B-Instruct-FP8" (poa-mc profiles aic-models lists them).',
+)
 @click.option("--system", required=True, help='aiconfigurator system, e.g. "b200_sxm", "h200_sxm".')
 @click.option("--backend", default="vllm", show_default=True, help="vllm, trtllm or sglang.")
 @click.option("--tp", type=click.IntRange(min=1), required=True, help="Tensor-parallel GPUs per worker.")
@@ -563,6 +568,22 @@ def build_aic(
         f"{len(p['cached'])} attention nodes, decode {len(d['batch'])} x {len(d['context'])}; "
         f"envelope lowered {lowered if envelope else 'nothing (--no-envelope)'}"
     )
+
+
+@profiles.command("aic-models")
+@_handle_errors
+def aic_models() -> None:
+    """List the models and systems aiconfigurator ships data for (needs pip install -e '.[aic]')."""
+    from poa_mc.aic import AicUnavailable, bundled
+
+    try:
+        models, systems = bundled()
+    except ModuleNotFoundError:
+        raise BadInput(str(AicUnavailable("aiconfigurator-core is not installed: pip install -e '.[aic]'"))) from None
+    click.echo("systems: " + ", ".join(systems))
+    click.echo("models:")
+    for m in models:
+        click.echo(f"  {m}")
 
 
 def _register_optional_commands() -> None:

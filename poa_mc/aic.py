@@ -108,7 +108,8 @@ def bundled() -> tuple[list[str], list[str]]:
         if p.name.endswith("_config.json") and not p.name.endswith("_hf_quant_config.json")
     )
     systems = sorted(p.name[: -len(".yaml")] for p in (root / "systems").iterdir() if p.name.endswith(".yaml"))
-    systems = [x for x in systems if (root / "systems" / "data" / x).is_dir()]
+    data = root / "systems" / "data"
+    systems = [x for x in systems if (data / x).is_dir() and any(p.is_dir() for p in (data / x).iterdir())]
     return models, systems
 
 

@@ -224,7 +224,9 @@ def _check_keys(table: dict, kind: str, path: str) -> None:
     for key in table:
         if key not in allowed:
             raise SpecError(
-                f"{path}.{key}", f"unknown key for a {kind} profile; expected one of {', '.join(sorted(allowed))}"
+                f"{path}.{key}",
+                f"unknown key for {'an' if kind[0] in 'aeiou' else 'a'} {kind} profile; expected one of "
+                f"{', '.join(sorted(allowed))}",
             )
 
 

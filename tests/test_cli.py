@@ -384,3 +384,14 @@ def test_build_aic_writes_a_table_a_grid_can_use(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "--out" in r.output
     r = invoke("profiles", "build-aic", "--model", "no/such-model", "--system", "h100_sxm", "--tp", "4", "--out", out)
     assert r.exit_code == 2 and r.output.startswith("Error: aiconfigurator refused"), r.output
+
+
+def test_aic_models_lists_what_build_aic_accepts():
+    import importlib.util
+
+    r = invoke("profiles", "aic-models")
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        assert r.exit_code == 2 and "pip install -e '.[aic]'" in r.output
+        return
+    assert r.exit_code == 0, r.output
+    assert "nvidia/Llama-3.1-70B-Instruct-FP8" in r.output and "b200_sxm" in r.output and "h200_sxm" in r.output
