@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from poa_mc.engine import simulate
+from poa_mc.profiles import resolve_profile
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 warnings.filterwarnings("ignore")
@@ -68,6 +69,15 @@ def cases() -> list[tuple[str, CellSpec, bool]]:
                 cluster=ClusterSpec(n_prefill=0, n_decode=6, flow="aggregated"),
                 workload=WorkloadSpec(concurrency=96),
                 policy=PolicySpec(kind="power_of_d", d=2),
+            ),
+            True,
+        ),
+        (
+            "reference 1P/5D on the aic B200 table (interpolated timing)",
+            CellSpec(
+                cluster=ClusterSpec(n_prefill=1, n_decode=5),
+                workload=ref,
+                profile=resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"}),
             ),
             True,
         ),
