@@ -102,8 +102,25 @@ def cases() -> list[tuple[str, CellSpec, bool]]:
             ),
             False,
         ),
+        (
+            "2P/8D G1 + G2 + G3 on the agentic trace (closed replay, copies timed)",
+            _agentic_tiers(),
+            True,
+        ),
     ]
     return out
+
+
+def _agentic_tiers() -> CellSpec:
+    from poa_mc.config import loads_grid
+
+    text = (
+        '[workload]\nkind = "trace"\nformat = "mooncake"\npath = "agentic_sample"\nreplay = "closed"\n'
+        "[cluster]\nprefill_kv_blocks = 4000\nkv_bytes_per_token = 163840\ng2_blocks = 6000\ng3_blocks = 64000\n"
+        "tier_decay_ms = 10000\n"
+        '[grid]\ntopology = ["2P/8D"]\nconcurrency = [64]\n[[policy]]\nname = "kv"\n'
+    )
+    return loads_grid(text).cells()[0].spec
 
 
 def main() -> int:

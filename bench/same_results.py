@@ -44,16 +44,16 @@ def main() -> int:
         print(f"{len(got)} arrays -> {a.out}")
         return 0
     ref = dict(np.load(a.compare))
-    differ = [
-        k
-        for k in sorted(set(ref) | set(got))
-        if k not in ref or k not in got or not np.array_equal(ref[k], got[k], equal_nan=True)
-    ]
+    # an array only one side has is a new (or removed) output column, reported apart from changes
+    differ = [k for k in sorted(set(ref) & set(got)) if not np.array_equal(ref[k], got[k], equal_nan=True)]
+    new, gone = sorted(set(got) - set(ref)), sorted(set(ref) - set(got))
     print(
-        f"{len(got)} arrays, {len(ref)} before; {len(differ)} differ"
+        f"{len(got)} arrays, {len(ref)} before; {len(differ)} of the {len(set(ref) & set(got))} in both differ"
         + (": " + ", ".join(differ[:10]) if differ else " (bit-identical)")
+        + (f"; new: {', '.join(sorted({k.split('/')[-1] for k in new}))}" if new else "")
+        + (f"; gone: {', '.join(sorted({k.split('/')[-1] for k in gone}))}" if gone else "")
     )
-    return 1 if differ else 0
+    return 1 if differ or gone else 0
 
 
 if __name__ == "__main__":

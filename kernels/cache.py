@@ -29,11 +29,19 @@ are live.
 import numpy as np
 
 from ._ns import Namespace
-from .layout import RI_EVH, RI_EVN, RI_MERGES, RI_STAMP, WI_AH, WI_AN, WI_FREE, WI_OLDG, WI_USED
+from .layout import RI_EVH, RI_EVN, RI_MERGES, RI_STAMP, WI_AH, WI_AN, WI_FREE, WI_LH2, WI_LH3, WI_OLDG, WI_USED
 
 
-def build(jit, jit_inline=None):
+def build(jit, tiers, jit_inline=None):
     jit_inline = jit_inline or jit
+    tiered = tiers.tiered
+    decay_step = tiers.decay_step
+    demote_chain = tiers.demote_chain
+    demote_run = tiers.demote_run
+    lower_hits = tiers.lower_hits
+    tier_take = tiers.take
+    frequency = tiers.frequency
+    set_frequency = tiers.set_frequency
 
     @jit
     def overlap(pc, r, w, g, pfx):
@@ -116,17 +124,20 @@ def build(jit, jit_inline=None):
     @jit
     def make_room(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, need):
         """Evict the oldest evictable blocks, tail first, until `need` more blocks fit. True if they
-        do; False, with nothing evicted, if they cannot fit even with every evictable block gone."""
+        do; False, with nothing evicted, if they cannot fit even with every evictable block gone.
+        A worker with lower tiers demotes what it evicts (kernels/tiers.py)."""
         short = np.int64(wk_i[r, w, WI_USED]) + need - capacity
         if short <= 0:
             return True
         if np.int64(wk_i[r, w, WI_FREE]) < short:
             return False
+        lower = tiered(pc, wk_i, r, w)
+        step = decay_step(wk_i, r, w, now) if lower else np.int64(0)
         g = oldest_chain(pc, wk_i, r, w, n_groups)
         while True:
             row = ring_head(pc, wk_i, r, w, n_groups)
             take_ring = row >= 0 and (g < 0 or np.int64(pc[r, w, row, 1]) < np.int64(pc[r, w, g, 1]))
-            if short <= 0 and not (take_ring and np.int64(pc[r, w, row, 2]) < 0):
+            if short <= 0 and (lower or not (take_ring and np.int64(pc[r, w, row, 2]) < 0)):
                 break
             if take_ring:
                 # An anonymous run older than every evictable chain goes whole, and so do the ones
@@ -135,10 +146,13 @@ def build(jit, jit_inline=None):
                 # is indistinguishable from evicting them block by block later, and the next
                 # allocations find free blocks without calling here. A preempted request's own
                 # run (owner >= 0) may still be hit: only what is needed of it goes, tail first.
+                # With lower tiers there is no sweep: what G1 evicts takes room in G2.
                 cut = np.int64(pc[r, w, row, 0])
-                if cut > short and np.int64(pc[r, w, row, 2]) >= 0:
+                if cut > short and (lower or np.int64(pc[r, w, row, 2]) >= 0):
                     cut = short
                 pc[r, w, row, 0] -= cut
+                if lower:
+                    demote_run(pc, wk_i, rep_i, r, w, cut, np.int64(pc[r, w, row, 1]), n_groups, step)
                 if np.int64(pc[r, w, row, 0]) == 0:
                     ring_head(pc, wk_i, r, w, n_groups)  # drops it
             else:
@@ -146,6 +160,8 @@ def build(jit, jit_inline=None):
                 if cut > short:
                     cut = short
                 pc[r, w, g, 0] -= cut
+                if lower:
+                    demote_chain(pc, wk_i, r, w, g, cut, np.int64(pc[r, w, g, 1]), n_groups, step)
                 publish(pc, rep_i, ev, delay, r, w, g, now)
                 if np.int64(pc[r, w, g, 0]) == 0:
                     wk_i[r, w, WI_OLDG] = 0
@@ -175,29 +191,50 @@ def build(jit, jit_inline=None):
         """Look up the request's prefix, extend its chain to `pfx` blocks and hold `held` more blocks.
 
         Returns the number of prefix blocks that were already cached, or -1 if the blocks do not
-        fit even after evicting every evictable block (nothing is changed then).
+        fit even after evicting every evictable block (nothing is changed then). With lower tiers
+        the count includes the blocks promoted from G2 and G3, which it leaves in WI_LH2, WI_LH3.
         """
         hit = overlap(pc, r, w, g, pfx)
+        lower = tiered(pc, wk_i, r, w)
+        h2 = np.int64(0)
+        h3 = np.int64(0)
+        step = np.int64(0)
+        f = np.int64(0)
+        if lower:
+            step = decay_step(wk_i, r, w, now)
+            h2, h3 = lower_hits(pc, r, w, g, pfx)
+            f = frequency(pc, r, w, g, step)
+            if np.int64(pc[r, w, g, 0]) == 0 and h2 == 0 and h3 == 0:
+                f = np.int64(0)  # the worker holds none of it: stored anew, its frequency starts again
         grow = pfx - np.int64(pc[r, w, g, 0])
         if grow < 0:
             grow = 0
         if pfx > 0:
             if np.int64(pc[r, w, g, 2]) == 0:
                 # a chain is one LRU unit: pinned for a shorter prefix, its longer tail is freed
-                # (so what a request takes never depends on how long an evictable chain is)
+                # (so what a request takes never depends on how long an evictable chain is), or
+                # demoted with lower tiers
                 tail = np.int64(pc[r, w, g, 0]) - pfx
                 if tail > 0:
                     pc[r, w, g, 0] = pfx
                     wk_i[r, w, WI_USED] -= tail
                     wk_i[r, w, WI_FREE] -= tail
+                    if lower:
+                        demote_chain(pc, wk_i, r, w, g, tail, np.int64(pc[r, w, g, 1]), n_groups, step)
                     publish(pc, rep_i, ev, delay, r, w, g, now)
                 wk_i[r, w, WI_FREE] -= pc[r, w, g, 0]
                 if np.int64(wk_i[r, w, WI_OLDG]) == g + 2:
                     wk_i[r, w, WI_OLDG] = 0
             pc[r, w, g, 2] += 1
+        if lower:
+            # the promoted blocks leave G2 and G3 first, so that G1's evictions (demoting into
+            # G2) cannot evict them meanwhile
+            tier_take(pc, wk_i, r, w, g, h2, h3)
         if np.int64(wk_i[r, w, WI_USED]) + grow + held > capacity and not make_room(
             pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, grow + held
         ):
+            if lower:  # make_room evicted nothing: put them back
+                tier_take(pc, wk_i, r, w, g, -h2, -h3)
             if pfx > 0:
                 pc[r, w, g, 2] -= 1
                 if np.int64(pc[r, w, g, 2]) == 0:
@@ -205,11 +242,19 @@ def build(jit, jit_inline=None):
                     wk_i[r, w, WI_OLDG] = 0
             return -1
         # the eviction above may not touch this pinned chain, so `hit` still holds
+        if lower and pfx > 0:
+            if f == 0:
+                set_frequency(pc, r, w, g, np.int64(1), step)
+            else:  # a hit (a chain the worker holds any of is hit from its first block)
+                set_frequency(pc, r, w, g, 2 * f, step)
+        if lower:
+            wk_i[r, w, WI_LH2] = h2
+            wk_i[r, w, WI_LH3] = h3
         if grow > 0:
             pc[r, w, g, 0] += grow
             publish(pc, rep_i, ev, delay, r, w, g, now)
         wk_i[r, w, WI_USED] += grow + held
-        return hit
+        return hit + h2 + h3
 
     @jit_inline
     def grow(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, blocks):

@@ -46,6 +46,7 @@ from .layout import (
     OF_DWAIT,
     OF_E2E,
     OF_ITL,
+    OF_ONB,
     OF_PWAIT,
     OF_TTFT,
     OI_CACHED,
@@ -55,6 +56,8 @@ from .layout import (
     OI_DONE,
     OI_DW,
     OI_GRP,
+    OI_H2,
+    OI_H3,
     OI_ISL,
     OI_OSL,
     OI_PADD_B,
@@ -91,6 +94,7 @@ from .layout import (
     P_Q,
     P_RECLAST,
     P_RECORD,
+    P_TRACE,
     P_WARM,
     POL_BATCH,
     POL_KV,
@@ -124,9 +128,11 @@ from .layout import (
     SF_ADM,
     SF_ARR,
     SF_FIRST,
+    SF_ONB,
     SF_READY,
     SF_SVC,
     SF_TPF,
+    SF_TWAIT,
     SI_ABP,
     SI_ADMIT,
     SI_ADMSEQ,
@@ -140,6 +146,8 @@ from .layout import (
     SI_GEN,
     SI_GHOST,
     SI_GRP,
+    SI_H2,
+    SI_H3,
     SI_ISL,
     SI_KCOUNT,
     SI_MEAS,
@@ -158,6 +166,12 @@ from .layout import (
     ST_PREFILL,
     ST_RUNNING,
     STATUS_OVERCAP,
+    TB_GRP,
+    TB_ISL,
+    TB_OSL,
+    TB_PFX,
+    TRACE_CLOSED,
+    TRACE_NONE,
     WF_BUSY,
     WF_HELD0,
     WF_T0,
@@ -181,7 +195,8 @@ NAN = math.nan
 _ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses 100 + i)
 
 
-def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, timing, replay, jit_inline=None):
+    replay_take_row = replay.take_row
     jit_inline = jit_inline or jit
     prefill_span = timing.prefill_span
     pass_prefill_ms = timing.pass_prefill_ms
@@ -807,29 +822,42 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline
     @jit_inline
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         bs = ip[P_B]
-        isl = draw_len(
-            key,
-            rid,
-            np.int64(RNG_F_ISL),
-            ip[P_ISL_KIND],
-            ip[P_ISL_A],
-            ip[P_ISL_B],
-            fp[F_ISL_MU],
-            fp[F_ISL_SIG],
-            tabs[0],
-        )
-        osl = draw_len(
-            key,
-            rid,
-            np.int64(RNG_F_OSL),
-            ip[P_OSL_KIND],
-            ip[P_OSL_A],
-            ip[P_OSL_B],
-            fp[F_OSL_MU],
-            fp[F_OSL_SIG],
-            tabs[1],
-        )
-        grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
+        pfx = np.int64(-1)
+        if ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
+            row = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
+            isl = np.int64(tabs[TB_ISL, row])
+            osl = np.int64(tabs[TB_OSL, row])
+            grp = np.int64(tabs[TB_GRP, row])
+            if grp >= 0:
+                pfx = np.int64(tabs[TB_PFX, row])
+            else:
+                grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
+        else:
+            isl = draw_len(
+                key,
+                rid,
+                np.int64(RNG_F_ISL),
+                ip[P_ISL_KIND],
+                ip[P_ISL_A],
+                ip[P_ISL_B],
+                fp[F_ISL_MU],
+                fp[F_ISL_SIG],
+                tabs[0],
+            )
+            osl = draw_len(
+                key,
+                rid,
+                np.int64(RNG_F_OSL),
+                ip[P_OSL_KIND],
+                ip[P_OSL_A],
+                ip[P_OSL_B],
+                fp[F_OSL_MU],
+                fp[F_OSL_SIG],
+                tabs[1],
+            )
+            grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
+        if pfx < 0:
+            pfx = np.int64(math.floor(fp[F_RATIO] * isl)) // bs
         seq = rep_i[r, RI_SEQ]
         rep_i[r, RI_SEQ] = seq + 1
         rep_i[r, RI_INFLIGHT] += 1
@@ -837,7 +865,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline
         slot_i[r, s, SI_ISL] = isl
         slot_i[r, s, SI_OSL] = osl
         slot_i[r, s, SI_GRP] = grp
-        slot_i[r, s, SI_PFX] = np.int64(math.floor(fp[F_RATIO] * isl)) // bs
+        slot_i[r, s, SI_PFX] = pfx
         slot_i[r, s, SI_NEED] = isl
         slot_i[r, s, SI_DONE] = 0
         slot_i[r, s, SI_CHUNK] = 0
@@ -853,6 +881,9 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline
         slot_i[r, s, SI_RECOMP] = 0
         slot_i[r, s, SI_GHOST] = -1
         slot_i[r, s, SI_RESV] = RESV_ADMIT
+        slot_i[r, s, SI_H2] = 0
+        slot_i[r, s, SI_H3] = 0
+        slot_f[r, s, SF_ONB] = 0.0
         meas = seq - ip[P_WARM]
         if meas < 0 or meas >= ip[P_N]:
             meas = -1
@@ -1080,6 +1111,9 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline
             pw = np.int64(slot_i[r, s, SI_PW])
             out_i[r, meas, OI_PW] = pw
             out_i[r, meas, OI_DW] = d - ip[P_NP]
+            out_i[r, meas, OI_H2] = np.int64(slot_i[r, s, SI_H2])
+            out_i[r, meas, OI_H3] = np.int64(slot_i[r, s, SI_H3])
+            out_f[r, meas, OF_ONB] = slot_f[r, s, SF_ONB]
             out_i[r, meas, OI_DONE] += 1
             rep_i[r, RI_DONE_MEAS] += 1
             rep_f[r, RF_LAST_DONE] = t
@@ -1088,7 +1122,9 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, jit_inline
         if ip[P_ARRIVAL] == 0:
             c = np.int64(slot_i[r, s, SI_CLIENT])
             wake = t
-            if fp[F_THINK] > 0.0:
+            if ip[P_TRACE] == TRACE_CLOSED:
+                wake = t + slot_f[r, s, SF_TWAIT]  # its session's next turn, or a new session now
+            elif fp[F_THINK] > 0.0:
                 rid = rng_client_request_id(c, np.int64(slot_i[r, s, SI_KCOUNT]))
                 wake = t + rng_exponential(key, rid, np.int64(RNG_F_THINK * 8), fp[F_THINK])
             heap_push(heap_t, heap_c, rep_i, r, wake, c)

@@ -23,6 +23,9 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 told of (lags by the event delay). Rows G..G+A-1, a FIFO ring of
                                 released runs of unique blocks: blocks, LRU stamp, owner slot (-1
                                 none; a preempted request's own run), unused
+                                With tiers (any WI_G2CAP > 0) the last axis is NPC_T wide: chain rows
+                                add PC_N2.. (kernels/tiers.py), ring rows hold G2's ring of anonymous
+                                runs in PC_R2N, PC_R2S
   ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
   queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue
                                 (the batch router's held decisions), row W + 1 the stack of free
@@ -95,7 +98,31 @@ P_PL_GP = 44  # planner: GPUs per prefill worker
 P_PL_GD = 45  # planner: GPUs per decode worker
 P_PL_I0 = 46  # planner: the split the run starts at (index i: i + 1 prefill workers)
 P_PL_LOG = 47  # planner: moves logged per replica (PL)
-NP_I = 48
+P_G2CAP = 48  # tiers (kernels/tiers.py): G2 (host DRAM) blocks per prefill worker (0: G1 only)
+P_G3CAP = 49  # tiers: G3 (local SSD) blocks per prefill worker (0: none)
+P_DECAY = 50  # tiers: ms per decay step of a chain's frequency (0: no decay)
+P_CR1 = 51  # tiers: the kv router's credit for a G1, G2, G3 hit, in thousandths (51, 52, 53)
+P_CHECK = 54  # 1: check the conservation of blocks after every event (debug; STATUS_TIERS if broken)
+P_TRACE = 55  # TRACE_*: requests from a replayed trace's table (tabs rows TB_*, poa_mc/replay.py)
+P_TN = 56  # trace: rows
+P_TS = 57  # trace: sessions (closed replay)
+P_TSAMPLE = 58  # trace, closed replay: 0 sessions in order from a random start, 1 drawn with replacement
+NP_I = 59
+
+TRACE_NONE = 0
+TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
+TRACE_CLOSED = 2  # closed loop: each client sends a session's turns in order, `delay` after the last
+
+# rows of tabs (float64): 0, 1 empirical isl, osl values; 2 the zipf cdf; with a trace its table:
+TB_ISL = 3
+TB_OSL = 4
+TB_GRP = 5  # prefix chain (-1: drawn from the synthetic prefix model)
+TB_PFX = 6  # shared prefix, blocks
+TB_TIME = 7  # arrival offset, ms (timestamps replay)
+TB_DELAY = 8  # wait after the session's previous turn completed, ms (closed replay)
+TB_NEXT = 9  # the session's next row (-1: its last turn)
+TB_START = 10  # first row of each session (closed replay), P_TS entries
+NTB = 11
 
 DADMIT_FCFS = 0  # vLLM's waiting queue: preempted requests first, never starved
 DADMIT_REPLAY = 1  # Dynamo 1.6.1's replay: arrived transfers first, preempted held back
@@ -171,7 +198,23 @@ F_TB_GV = 45  # prefill outside attention: ms per token node
 F_TB_DB = 46  # decode: batch axis (sequences in the step)
 F_TB_DC = 47  # decode: context tokens per sequence
 F_TB_DV = 48  # decode: step ms, [batch][context], C order; the region ends at len(fp)
-NF_P = 49
+F_G2_MS = 49  # tiers: ms to copy one block over the G1<->G2 link (0: instant)
+F_G3_MS = 50  # tiers: ms to copy one block over the G2<->G3 link
+F_TPERIOD = 51  # trace, timestamps replay: period of the cyclic replay, ms (trace time)
+F_TSCALE = 52  # trace, timestamps replay: simulated ms per trace ms (1 / speedup)
+NF_P = 53
+
+# ---- prefix cache columns (pc); 0..3 as in the table above ----
+NPC = 4  # G1 only
+PC_N2 = 4  # chain rows: blocks of the chain in G2 (the next ones after its G1 blocks)
+PC_S2 = 5  # ... LRU stamp of that segment (its G1 stamp when it was demoted)
+PC_N3 = 6  # ... blocks in G3 (after the G2 ones)
+PC_S3 = 7
+PC_FREQ = 8  # ... frequency: 1 when stored, doubled on each hit, -1 per decay step (0: no chain)
+PC_EPOCH = 9  # ... the decay step PC_FREQ was last written at
+PC_R2N = 4  # ring rows: blocks of G2's anonymous run at this ring index
+PC_R2S = 5  # ... its stamp
+NPC_T = 10
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -201,7 +244,10 @@ SI_GHOST = 22  # preempted: ring index of the run it left on its decode worker (
 SI_ADMSEQ = 23  # admission order on its decode worker (RI_ADMSEQ when admitted)
 SI_RESV = 24  # RESV_*: how its decode blocks are taken (prefill_first: reserved for the transfer)
 SI_NEXTB = 25  # the most output tokens its decode blocks hold (SI_PFX + SI_RESERVE) * B - isl + 1
-NSI = 26
+SI_H2 = 26  # tiers: prompt blocks it found in G2 (copied to G1 before its prefill)
+SI_H3 = 27  # tiers: ... in G3
+SI_TROW = 28  # trace, closed replay (slot = client): the row of its request, -1 before a new session
+NSI = 29
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks
@@ -210,6 +256,7 @@ RESV_HELD = 2  # prefill_first: blocks reserved, KV transfer under way or done
 GHOST_NONE = -2  # SI_GHOST of a preempted request that left no cached run
 
 STATUS_OVERCAP = 4  # rep_i[RI_STATUS]: a worker held more blocks than it has (an engine bug)
+STATUS_TIERS = 5  # rep_i[RI_STATUS]: with P_CHECK, a tier's blocks were not conserved (an engine bug)
 
 ST_FREE = 0
 ST_PREFILL = 1  # in a prefill worker's or the shared queue
@@ -223,7 +270,9 @@ SF_READY = 2  # KV ready on the decode worker
 SF_ADM = 3  # admitted on the decode worker
 SF_FIRST = 4  # first token
 SF_SVC = 5  # theory profiles: this request's prefill service time
-NSF = 6
+SF_ONB = 6  # tiers: the copy of lower-tier hits its first prefill pass waited for, ms
+SF_TWAIT = 7  # trace, closed replay (slot = client): the delay before its session's next turn, ms
+NSF = 8
 
 # ---- per-worker integers ----
 WI_APT = 0  # router: active prefill tokens
@@ -241,7 +290,18 @@ WI_AH = 11  # released-run ring: head index
 WI_AN = 12  # released-run ring: runs
 WI_FREE = 13  # evictable blocks (released runs + unpinned chains), part of WI_USED
 WI_OLDG = 14  # cache.py: 0 unknown, 1 no evictable chain, g + 2: chain g is the oldest evictable one
-NWI = 15
+# tiers (kernels/tiers.py); a worker with WI_G2CAP = 0 has G1 alone (decode workers always)
+WI_G2CAP = 15  # G2 capacity, blocks
+WI_G3CAP = 16  # G3 capacity, blocks
+WI_G2U = 17  # G2 blocks in use (chain segments + anonymous runs)
+WI_G3U = 18  # G3 blocks in use (chain segments)
+WI_A2H = 19  # G2's ring of anonymous runs: head index
+WI_A2N = 20  # ... runs
+WI_LH2 = 21  # the last acquire's blocks promoted from G2 (read by its caller)
+WI_LH3 = 22  # ... from G3
+WI_CR1 = 23  # the kv router's credit for a hit in G1, G2, G3 (P_CR1..), in thousandths (23, 24, 25)
+WI_DECAY = 26  # ms per decay step of a chain's frequency (P_DECAY; 0: none)
+NWI = 27
 
 # ---- per-worker floats ----
 WF_BUSY = 0  # end of the current pass, +inf when idle
@@ -279,7 +339,9 @@ RI_PL_MOVES = 24  # planner: moves completed
 RI_PL_NT = 25  # planner: first tokens observed in the current interval
 RI_PL_NT2 = 26  # planner: ... emitted after its end (observed ahead, when a decode pass is planned)
 RI_PL_NG = 27  # planner: inter-token gaps of the requests completed in the interval
-NRI = 28
+RI_TJ0 = 28  # trace: the replica's first row (timestamps) or first session (closed, in order)
+RI_TSESS = 29  # trace, closed replay: sessions started so far
+NRI = 30
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time
@@ -304,7 +366,8 @@ RF_PL_READY = 19  # planner: when the taking pool's new workers start (+inf unti
 RF_PL_ST = 20  # planner: TTFT summed over RI_PL_NT first tokens, ms
 RF_PL_ST2 = 21  # planner: ... over RI_PL_NT2
 RF_PL_SG = 22  # planner: inter-token time summed over RI_PL_NG gaps, ms
-NRF = 23
+RF_TTAU = 23  # trace, timestamps replay: the replica's time offset into the trace, trace ms
+NRF = 24
 
 # ---- outputs ----
 OF_ARR = 0
@@ -314,7 +377,8 @@ OF_ITL = 3
 OF_PWAIT = 4
 OF_DWAIT = 5
 OF_DDEC = 6  # when the decode worker was chosen (arrival, or prefill end in prefill_first)
-NOF = 7
+OF_ONB = 7  # tiers: SF_ONB
+NOF = 8
 
 OI_SEQ = 0
 OI_ISL = 1
@@ -330,7 +394,9 @@ OI_PADD_T = 10  # prefill_first: prompt tokens the prefill choice booked on its 
 OI_PADD_B = 11  # prefill_first: blocks the prefill choice booked
 OI_DADD_T = 12  # tokens the decode choice booked on its worker
 OI_DADD_B = 13  # blocks the decode choice booked
-NOI = 14
+OI_H2 = 14  # tiers: SI_H2
+OI_H3 = 15  # tiers: SI_H3
+NOI = 16
 
 RNG_F_ISL = 1
 RNG_F_OSL = 2
@@ -338,3 +404,4 @@ RNG_F_GRP = 3
 RNG_F_SVC = 4
 RNG_F_THINK = 5
 RNG_F_GAP = 6
+RNG_F_TRACE = 7  # trace: the replica's offset (a = 0) and drawn sessions (a = the session's index)

@@ -62,11 +62,15 @@ from .layout import (
     RI_PL_NT2,
     RI_PL_TO,
     WF_BUSY,
+    WI_A2H,
+    WI_A2N,
     WI_AB,
     WI_AH,
     WI_AN,
     WI_APT,
     WI_FREE,
+    WI_G2U,
+    WI_G3U,
     WI_NRUN,
     WI_OLDG,
     WI_QN,
@@ -160,8 +164,12 @@ def build(jit):
             if np.int64(ev[r, i, 1]) == w:
                 ev[r, i, 1] = -1.0
         for g in range(ip[P_G]):
-            for j in range(4):
+            for j in range(pc.shape[3]):
                 pc[r, w, g, j] = 0
+        wk_i[r, w, WI_G2U] = 0
+        wk_i[r, w, WI_G3U] = 0
+        wk_i[r, w, WI_A2H] = 0
+        wk_i[r, w, WI_A2N] = 0
         wk_i[r, w, WI_USED] = 0
         wk_i[r, w, WI_FREE] = 0
         wk_i[r, w, WI_AH] = 0

@@ -8,6 +8,8 @@ from ._ns import Namespace
 from .layout import (
     F_DOMEGA,
     F_EVDELAY,
+    F_G2_MS,
+    F_G3_MS,
     F_OMEGA,
     F_OVH_PASS,
     F_OVH_REQ,
@@ -24,11 +26,16 @@ from .layout import (
     P_B,
     P_BUDGET,
     P_C,
+    P_CHECK,
+    P_CR1,
     P_CTL,
+    P_DECAY,
     P_DKV,
     P_DRAIN,
     P_FLOW,
     P_G,
+    P_G2CAP,
+    P_G3CAP,
     P_MAXEVENTS,
     P_MAXSEQ,
     P_N,
@@ -43,6 +50,7 @@ from .layout import (
     P_S,
     P_SEED,
     P_STREAM,
+    P_TRACE,
     P_WARM,
     POL_BATCH,
     POL_KV,
@@ -73,6 +81,7 @@ from .layout import (
     RNG_F_GAP,
     SF_ARR,
     SF_FIRST,
+    SF_ONB,
     SF_SVC,
     SF_TPF,
     SI_ABP,
@@ -86,6 +95,8 @@ from .layout import (
     SI_FRESH,
     SI_GEN,
     SI_GRP,
+    SI_H2,
+    SI_H3,
     SI_ISL,
     SI_KCOUNT,
     SI_MEAS,
@@ -95,15 +106,25 @@ from .layout import (
     SI_PFX,
     SI_PW,
     SI_STATE,
+    SI_TROW,
     ST_FREE,
     STATUS_OVERCAP,
+    STATUS_TIERS,
+    TRACE_NONE,
+    TRACE_TIMES,
     WF_BUSY,
     WF_HELD0,
     WF_T0,
     WF_WAKE,
     WI_AB,
     WI_APT,
+    WI_CR1,
+    WI_DECAY,
     WI_FREE,
+    WI_G2CAP,
+    WI_G3CAP,
+    WI_LH2,
+    WI_LH3,
     WI_MIXED,
     WI_NRUN,
     WI_PASS_K,
@@ -119,8 +140,11 @@ STATUS_STALL = 3
 # STATUS_OVERCAP = 4 (layout.py): set by the decode planner
 
 
-def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing, jit_inline=None):
+def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing, tiers, replay, jit_inline=None):
     jit_inline = jit_inline or jit
+    replay_start = replay.start
+    replay_arrival_ms = replay.arrival_ms
+    tiers_conserved = tiers.conserved
     rng_client_request_id = rng.client_request_id
     rng_exponential = rng.exponential
     rng_replica_key = rng.replica_key
@@ -172,6 +196,8 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
         n_tok = np.int64(0)
+        copy2 = np.int64(0)
+        copy3 = np.int64(0)
         svc = 0.0
         while n < max_seq and (budget > 0 or not poly):
             from_shared = False
@@ -194,9 +220,23 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                     )  # fmt: skip
                     if hit < 0:
                         break
-                    hit = cl_usable_hit(ip, hit, isl)
-                    slot_i[r, s, SI_CACHED] = hit
-                    slot_i[r, s, SI_NEED] = isl - hit * bs
+                    usable = cl_usable_hit(ip, hit, isl)
+                    if ip[P_G2CAP] > 0:
+                        cw = cl_cache_row(ip, w)
+                        h3 = np.int64(wk_i[r, cw, WI_LH3])
+                        h2 = np.int64(wk_i[r, cw, WI_LH2])
+                        # a block the prompt recomputes anyway is not copied: the deepest go first
+                        cut = hit - usable
+                        c3 = cut if cut < h3 else h3
+                        h3 -= c3
+                        cut -= c3
+                        h2 -= cut if cut < h2 else h2
+                        slot_i[r, s, SI_H2] = h2
+                        slot_i[r, s, SI_H3] = h3
+                        copy2 += h2
+                        copy3 += h3
+                    slot_i[r, s, SI_CACHED] = usable
+                    slot_i[r, s, SI_NEED] = isl - usable * bs
                 elif (
                     cache_acquire(
                         pc,
@@ -247,6 +287,15 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             dur = svc
         # host work of a pass and of each request in it (scheduling, transfer set-up), serial
         dur += fp[F_OVH_PASS] + n * fp[F_OVH_REQ]
+        if copy2 + copy3 > 0:
+            # lower-tier hits are copied to G1 before the pass computes: the copies of one pass
+            # share each link, G3's pass through host memory (G2's link) on their way
+            onb = max((copy2 + copy3) * fp[F_G2_MS], copy3 * fp[F_G3_MS])
+            dur += onb
+            for i in range(n):
+                s = cl_q_at(queue, wk_i, r, w, np.int64(i), qcap)
+                if slot_f[r, s, SF_TPF] == t and np.int64(slot_i[r, s, SI_H2]) + np.int64(slot_i[r, s, SI_H3]) > 0:
+                    slot_f[r, s, SF_ONB] = onb
         wk_f[r, w, WF_T0] = t
         wk_f[r, w, WF_BUSY] = t + dur
 
@@ -451,10 +500,15 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             wk_f[r, w, WF_WAKE] = INF
         for w in range(n_w):
             for g in range(ip[P_G]):
-                pc[r, w, g, 0] = 0
-                pc[r, w, g, 1] = 0
-                pc[r, w, g, 2] = 0
-                pc[r, w, g, 3] = 0
+                for j in range(pc.shape[3]):
+                    pc[r, w, g, j] = 0
+        if ip[P_G2CAP] > 0:  # lower tiers on the prefill workers (kernels/tiers.py)
+            for w in range(n_p):
+                wk_i[r, w, WI_G2CAP] = ip[P_G2CAP]
+                wk_i[r, w, WI_G3CAP] = ip[P_G3CAP]
+                wk_i[r, w, WI_DECAY] = ip[P_DECAY]
+                for j in range(3):
+                    wk_i[r, w, WI_CR1 + j] = ip[P_CR1 + j]
         for j in range(rep_i.shape[1]):
             rep_i[r, j] = 0
         for j in range(rep_f.shape[1]):
@@ -472,6 +526,10 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             slot_i[r, s, SI_STATE] = ST_FREE
             slot_i[r, s, SI_CLIENT] = s
             slot_i[r, s, SI_KCOUNT] = 0
+            slot_i[r, s, SI_TROW] = -1
+        trace = ip[P_TRACE]
+        if trace != TRACE_NONE:
+            replay_start(ip, fp, tabs, rep_i, rep_f, r, key)
         closed = ip[P_ARRIVAL] == 0
         drain = ip[P_DRAIN] == 1
         last_arrival = ip[P_WARM] + ip[P_N]
@@ -482,7 +540,10 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             for i in range(n_s):
                 queue[r, n_w + 1, i] = n_s - 1 - i
             rep_i[r, RI_FREE_TOP] = n_s
-            rep_f[r, RF_NEXT_ARR] = rng_exponential(key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
+            if trace == TRACE_TIMES:
+                rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, np.int64(0))
+            else:
+                rep_f[r, RF_NEXT_ARR] = rng_exponential(key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
         while True:
             t = INF
             for w in range(n_w):
@@ -568,7 +629,12 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                     key, s, rid, t,
                 )  # fmt: skip
                 if not closed:
-                    rep_f[r, RF_NEXT_ARR] += rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
+                    if trace == TRACE_TIMES:
+                        rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, rid + 1)
+                    else:
+                        rep_f[r, RF_NEXT_ARR] += rng_exponential(
+                            key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE]
+                        )
             if rep_i[r, RI_STATUS] != 0:
                 break
             for w in range(n_p):
@@ -579,6 +645,13 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                     np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
                 ):
                     cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t)
+            if ip[P_CHECK] == 1:
+                for w in range(n_w):
+                    cap = ip[P_PKV] if w < n_p else ip[P_DKV]
+                    if not tiers_conserved(pc, wk_i, r, w, ip[P_G], cap):
+                        rep_i[r, RI_STATUS] = STATUS_TIERS
+                if rep_i[r, RI_STATUS] != 0:
+                    break
             rep_i[r, RI_EVENTS] += 1
             if rep_i[r, RI_EVENTS] >= ip[P_MAXEVENTS]:
                 rep_i[r, RI_STATUS] = STATUS_EVENTS

@@ -10,6 +10,7 @@ they happen). Dynamo's cost of worker w for a request of `isl` tokens, `pblk` pr
 Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
 no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
 `cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
+With lower KV tiers, ov_w is the credited overlap (`overlap`), a fraction of a block per lower-tier hit.
 """
 
 import math
@@ -27,24 +28,41 @@ from .layout import (
     RI_RR,
     WI_AB,
     WI_APT,
+    WI_CR1,
 )
 
 _B0 = 100
 _HASH_B0 = 1 << 40
 
 
-def build(jit, rng, cache):
+def build(jit, rng, cache, tiers):
     rng_below = rng.below
     uniform = rng.uniform
-    overlap = cache.seen_overlap  # the router decides from what it has been told
+    seen_overlap = cache.seen_overlap  # the router decides from what it has been told
+    tiered = tiers.tiered
+    lower_hits = tiers.lower_hits
+
+    @jit
+    def overlap(wk_i, pc, r, cw, g, pfx):
+        """The cached prefix blocks the router credits worker cw with: its G1 blocks as it has been
+        told of them; with lower tiers (newer Dynamo) each G1, G2, G3 block counts WI_CR1.. / 1000
+        (the lower tiers as they are: their changes are not delayed)."""
+        v1 = seen_overlap(pc, r, cw, g, pfx)
+        if not tiered(pc, wk_i, r, cw):
+            return np.float64(v1)
+        h2, h3 = lower_hits(pc, r, cw, g, pfx)
+        return (
+            np.int64(wk_i[r, cw, WI_CR1]) * v1 + np.int64(wk_i[r, cw, WI_CR1 + 1]) * h2
+            + np.int64(wk_i[r, cw, WI_CR1 + 2]) * h3
+        ) / 1000.0  # fmt: skip
 
     @jit
     def cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, bs):
-        return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(pc, r, cw, g, pfx) * bs
+        return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(wk_i, pc, r, cw, g, pfx) * bs
 
     @jit
     def cand_blocks(wk_i, pc, r, w, cw, g, pfx, pblk):
-        return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(pc, r, cw, g, pfx)
+        return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(wk_i, pc, r, cw, g, pfx)
 
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):

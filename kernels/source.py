@@ -4,7 +4,7 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import batch, cache, cluster, controller, heap, planner, replica, rng, router, timing
+from . import batch, cache, cluster, controller, heap, planner, replay, replica, rng, router, tiers, timing
 from ._ns import Namespace
 
 
@@ -14,16 +14,18 @@ def build(jit, jit_inline=None) -> Namespace:
     each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
     (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`."""
     r = rng.build(jit)
-    c = cache.build(jit, jit_inline)
-    ro = router.build(jit, r, c)
+    tr = tiers.build(jit, jit_inline)
+    c = cache.build(jit, tr, jit_inline)
+    ro = router.build(jit, r, c, tr)
     h = heap.build(jit)
     ctl = controller.build(jit)
     pl = planner.build(jit)
     tm = timing.build(jit, jit_inline)
-    cl = cluster.build(jit, r, c, ro, h, ctl, pl, tm, jit_inline)
+    rp = replay.build(jit, r)
+    cl = cluster.build(jit, r, c, ro, h, ctl, pl, tm, rp, jit_inline)
     b = batch.build(jit, cl)
-    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, tm, jit_inline)
+    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, tm, tr, rp, jit_inline)
     return Namespace(
-        rng=r, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, cluster=cl, batch=b, replica=rep,
-        simulate_replica=rep.simulate_replica,
+        rng=r, tiers=tr, replay=rp, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, cluster=cl,
+        batch=b, replica=rep, simulate_replica=rep.simulate_replica,
     )  # fmt: skip

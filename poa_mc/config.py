@@ -25,6 +25,7 @@ from poa_mc.spec import (
     ARRIVALS,
     POPULARITIES,
     REGIMES,
+    TIER_CREDIT,
     ClusterSpec,
     ControllerSpec,
     Dist,
@@ -34,6 +35,7 @@ from poa_mc.spec import (
     SpecError,
     WorkloadSpec,
     budget_splits,
+    drop_tier_keys,
 )
 from poa_mc.traces import FORMATS as TRACE_FORMATS
 
@@ -140,6 +142,7 @@ class Topology:
     prefill_kv_blocks: int = 0  # 0: cluster.prefill_kv_blocks
     zipf_alpha: float = -1.0  # < 0: the workload's popularity
     planner: bool = False  # the split the Planner starts at ([games.pd.planner]), labelled "xP/yD planner"
+    tiers: str = ""  # a [grid] tiers variant ("g1", "g1+g2", "g1+g2+g3"): the KV tiers it keeps of [cluster]'s
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,13 @@ class GridConfig:
         if not self.profile.table:  # likewise a profile without a timing table
             d["profile"].pop("table")
             d["profile"].pop("table_sha")
+        drop_tier_keys(d["cluster"], d["policies"])  # and a cluster without lower tiers
+        if self.workload.trace is None:
+            d["workload"].pop("trace")  # and a synthetic workload
+        else:  # a replayed trace: its lengths and location follow from the file's digest
+            d["workload"]["trace"].pop("path")
+            d["workload"].pop("isl")
+            d["workload"].pop("osl")
         if self.pd_game is None:
             d.pop("pd_game")
         if self.cache_game is None:
@@ -199,6 +209,8 @@ class GridConfig:
         for topo in d["topologies"]:
             if not topo["planner"]:
                 topo.pop("planner")
+            if not topo["tiers"]:
+                topo.pop("tiers")
         if self.pd_game is not None and self.pd_game.planner is None:
             d["pd_game"].pop("planner")
             d["pd_game"].pop("planner_starts")
@@ -425,8 +437,100 @@ def parse_length(value: Any, path: str, base_dir: Path | None = None) -> tuple[D
     return dist, ref
 
 
+_REPLAY_FIELDS = {
+    "kind": (str, "trace"),
+    "format": (str, None),
+    "path": (str, None),
+    "replay": (str, "closed"),
+    "sample": (str, "offset"),
+    "trace_block_size": (int, 512),
+    "prefix_groups": (int, 16),
+    "prefix_ratio": (float, 0.5),
+    "popularity": (str, "uniform"),
+    "zipf_alpha": (float, 1.0),
+}
+
+
+TIER_VARIANTS = ("g1", "g1+g2", "g1+g2+g3")
+
+
+def _tier_variants(table: dict) -> list[str]:
+    """`[grid] tiers`: each topology once per variant, with the [cluster]'s lower tiers it names (the
+    others set to 0), so G1 alone and G1 + G2 + G3 are compared on the same requests."""
+    values = table["tiers"]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("grid.tiers", f'must be a non-empty list such as ["g1", "g1+g2+g3"], got {values!r}')
+    out: list[str] = []
+    for i, v in enumerate(values):
+        v = _choice(_coerce(v, str, f"grid.tiers[{i}]"), TIER_VARIANTS, f"grid.tiers[{i}]")
+        if v in out:
+            raise ConfigError(f"grid.tiers[{i}]", f"{v!r} repeats grid.tiers[{out.index(v)}]")
+        out.append(v)
+    return out
+
+
+def _parse_replay(table: dict, base_dir: Path) -> tuple[WorkloadSpec, str]:
+    """`[workload] kind = "trace"`: the trace replayed as it happened (poa_mc/replay.py). Its lengths
+    are the trace's; Azure and BurstGPT traces (no hash_ids) take the synthetic prefix keys."""
+    from poa_mc.replay import REPLAYS, SAMPLES, build_table
+    from poa_mc.spec import TraceReplay
+    from poa_mc.traces import load_trace
+
+    for key in ("isl", "osl", "arrival", "think_ms"):
+        if key in table:
+            raise ConfigError(f"workload.{key}", "comes from the trace with kind = 'trace'")
+    f = _read_fields(table, _REPLAY_FIELDS, "workload")
+    for key in ("format", "path"):
+        if f[key] is None:
+            raise ConfigError(f"workload.{key}", "required with kind = 'trace'")
+    fmt = _choice(f["format"], TRACE_FORMATS, "workload.format")
+    replay = _choice(f["replay"], REPLAYS, "workload.replay")
+    sample = _choice(f["sample"], SAMPLES, "workload.sample")
+    if sample == "sessions" and replay != "closed":
+        raise ConfigError("workload.sample", "sessions are drawn for replay = 'closed' only")
+    _positive(f["trace_block_size"], "workload.trace_block_size")
+    try:
+        file = _resolve_trace_file(f["path"], base_dir, "workload")
+    except ConfigError as e:
+        raise ConfigError("workload.path", e.message) from None
+    tb = f["trace_block_size"]
+    try:
+        trace = load_trace(file, fmt)
+        table_ = build_table(trace, replay=replay, block_size=tb, trace_block_size=tb)
+    except SpecError as e:
+        raise ConfigError("workload.path", e.message) from None
+    groups = table_.groups if table_.groups else f["prefix_groups"]
+    ref = TraceReplay(
+        file=f["path"], format=fmt, sha256=trace.sha256, replay=replay, sample=sample,
+        trace_block_size=f["trace_block_size"], rows=len(trace), sessions=len(table_.starts),
+        rate_rps=table_.rate_rps if replay == "timestamps" else 0.0, kept_share=table_.kept_share,
+        path=str(file.resolve()),
+    )  # fmt: skip
+    spec = WorkloadSpec(
+        isl=Dist("empirical", values=tuple(int(v) for v in table_.isl)),
+        osl=Dist("empirical", values=tuple(int(v) for v in table_.osl)),
+        prefix_groups=groups,
+        prefix_ratio=f["prefix_ratio"],
+        popularity=_choice(f["popularity"], POPULARITIES, "workload.popularity"),
+        zipf_alpha=f["zipf_alpha"],
+        arrival="closed" if replay == "closed" else "poisson",
+        trace=ref,
+    )
+    return spec, spec.arrival
+
+
 def _parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple[TraceRef, ...]]:
     table = _table(doc, "workload", "workload")
+    for key in ("concurrency", "rate", "rate_rps"):
+        if key in table:
+            raise ConfigError(f"workload.{key}", "the load is a grid axis: set it as a list in [grid]")
+    kind = table.get("kind", "synthetic")
+    if kind not in ("synthetic", "trace"):
+        raise ConfigError("workload.kind", f"must be synthetic or trace, got {kind!r}")
+    if kind == "trace":
+        spec, arrival = _parse_replay(table, base_dir)
+        return spec, arrival, ()
+    table = {k: v for k, v in table.items() if k != "kind"}
     for key in ("concurrency", "rate", "rate_rps"):
         if key in table:
             raise ConfigError(f"workload.{key}", "the load is a grid axis: set it as a list in [grid]")
@@ -515,7 +619,7 @@ def _parse_grid_axes(
     if "grid" not in doc:
         raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
     table = dict(_table(doc, "grid", "grid"))
-    _check_keys(table, ("topology", "concurrency", "rate"), "grid")
+    _check_keys(table, ("topology", "concurrency", "rate", "tiers"), "grid")
     if pd_game is not None:
         if "topology" in table:
             raise ConfigError(
@@ -566,6 +670,11 @@ def _parse_grid_axes(
             for a in cache_game.zipf_alpha
         ]
 
+    if "tiers" in table:
+        topologies = [
+            dataclasses.replace(t, label=f"{t.label} {v}", tiers=v) for t in topologies for v in _tier_variants(table)
+        ]
+
     axis = "concurrency" if arrival == "closed" else "rate"
     other = "rate" if axis == "concurrency" else "concurrency"
     if other in table:
@@ -593,6 +702,7 @@ _POLICY_FIELDS = {
     "batch_size": (int, 8),
     "batch_ms": (float, 5.0),
     "cache": (str, "per_worker"),
+    "tier_credit": (list, list(TIER_CREDIT)),
 }
 
 _CONTROLLER_FIELDS = {
@@ -647,6 +757,7 @@ def _parse_policies(doc: dict, controller: ControllerSpec) -> tuple[PolicySpec, 
         if "name" not in t:
             raise ConfigError(f"{path}.name", "required: every policy needs a unique name")
         f = _read_fields(t, _POLICY_FIELDS, path)
+        f["tier_credit"] = tuple(f["tier_credit"])
         if f["name"] in names:
             raise ConfigError(f"{path}.name", f"duplicate policy name {f['name']!r} (also policy[{names[f['name']]}])")
         if not f["name"] or "/" in f["name"]:

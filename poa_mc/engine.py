@@ -5,6 +5,8 @@ API (stable contract for the rest of the library):
     simulate(spec, *, replicas, requests, warmup, seed, stream, backend="cpu",
              record_candidates=True) -> SimResult
 
+`check_blocks=True` checks after every event that each worker's KV tiers hold exactly the blocks
+their counters say, within capacity (a debug mode the tests run; slower).
 `drain=True` makes a finite run, as Dynamo's replay: no request arrives after the measured ones,
 so the load falls away at the end (the default keeps it on until the last measured request ends).
 `stream` keys the request streams: give every policy of one (topology, load) point the same
@@ -24,7 +26,9 @@ each replica in arrival order (the first `warmup` arrivals of each replica are d
     isl, osl       int32   token counts
     group          int32   prefix group
     prompt_blocks  int32   ceil(isl / block_size)
-    cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache
+    cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache (any tier)
+    cached_g2, cached_g3 int32 of those, the ones found in its G2 and G3 (lower tiers, docs/tiers.md)
+    onboard_ms     float64 the copy of lower-tier hits to G1 its first prefill pass waited for
     prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
     decode_worker  int32   0-based among decode workers
 SimResult.candidates (only with record_candidates): the router's view at each routing decision,
@@ -84,10 +88,15 @@ _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_L
 # an aic profile is pass-timed like the polynomial; fp[F_TAB] tells the kernels to read its table
 _PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
 
-SAMPLE_FLOAT_FIELDS = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms")
-SAMPLE_INT_FIELDS = ("seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker")
-_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT)
-_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW)
+SAMPLE_FLOAT_FIELDS = (
+    "arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms",
+)  # fmt: skip
+SAMPLE_INT_FIELDS = (
+    "seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker", "cached_g2",
+    "cached_g3",
+)  # fmt: skip
+_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB)
+_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3)
 _ADDED = {
     "prefill_added_tokens": L.OI_PADD_T,
     "prefill_added_blocks": L.OI_PADD_B,
@@ -180,6 +189,7 @@ def pack_params(
     record_candidates: bool,
     naive_decode: bool = False,
     drain: bool = False,
+    check_blocks: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
     spec.validate()
@@ -233,6 +243,14 @@ def pack_params(
     ip[L.P_DRAIN] = 1 if drain else 0
     ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
     ip[L.P_H] = max(slots, 1)
+    if c.has_tiers():
+        ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks, c.g3_blocks
+        ip[L.P_DECAY] = round(c.tier_decay_ms)
+        for i in range(3):
+            ip[L.P_CR1 + i] = round(1000 * pol.tier_credit[i])
+        fp[L.F_G2_MS] = c.tier_copy_ms(c.g2_gbps)
+        fp[L.F_G3_MS] = c.tier_copy_ms(c.g3_gbps) if c.g3_blocks > 0 else 0.0
+    ip[L.P_CHECK] = 1 if check_blocks else 0
     if pol.kind == "batch":
         ip[L.P_BATCH_N] = pol.batch_size
         fp[L.F_BATCH_MS] = pol.batch_ms
@@ -267,12 +285,41 @@ def pack_params(
     fp[L.F_EVDELAY] = c.kv_event_delay_ms
     fp[L.F_DOMEGA] = pol.decode_overlap_weight
     cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
-    width = max(1, len(itab), len(otab), len(cdf))
-    tabs = np.zeros((3, width), dtype=np.float64)
+    table = _replay_table(spec)
+    width = max(1, len(itab), len(otab), len(cdf), len(table) if table is not None else 0)
+    tabs = np.zeros((L.NTB if table is not None else 3, width), dtype=np.float64)
     tabs[0, : len(itab)] = itab
     tabs[1, : len(otab)] = otab
     tabs[2, : len(cdf)] = cdf
+    if table is not None:
+        tr = w.trace
+        ip[L.P_TRACE] = L.TRACE_CLOSED if tr.replay == "closed" else L.TRACE_TIMES
+        ip[L.P_TN], ip[L.P_TS] = len(table), len(table.starts)
+        ip[L.P_TSAMPLE] = 1 if tr.sample == "sessions" else 0
+        if table.groups:
+            ip[L.P_G] = table.groups
+        if tr.replay == "timestamps":
+            fp[L.F_TPERIOD] = table.period_ms
+            fp[L.F_TSCALE] = table.rate_rps / w.rate_rps  # 1 / speedup: the grid's rate is the target
+        n = len(table)
+        tabs[L.TB_ISL, :n], tabs[L.TB_OSL, :n] = table.isl, table.osl
+        tabs[L.TB_GRP, :n], tabs[L.TB_PFX, :n] = table.group, table.pfx
+        tabs[L.TB_TIME, :n], tabs[L.TB_DELAY, :n], tabs[L.TB_NEXT, :n] = table.time_ms, table.delay_ms, table.next_row
+        tabs[L.TB_START, : len(table.starts)] = table.starts
     return ip, fp, tabs
+
+
+def _replay_table(spec: CellSpec):
+    """The replayed trace's table at this cluster's block size (poa_mc.replay), or None."""
+    tr = spec.workload.trace
+    if tr is None:
+        return None
+    from poa_mc.replay import table_for
+
+    return table_for(
+        tr.path, tr.format, tr.sha256, replay=tr.replay, block_size=spec.cluster.block_size,
+        trace_block_size=tr.trace_block_size,
+    )  # fmt: skip
 
 
 def pack_profile(p: ProfileSpec) -> np.ndarray:
@@ -356,7 +403,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "slot_f": ((slots, L.NSF), np.float64),
         "wk_i": ((n_workers + 1, L.NWI), np.int32),
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
-        "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), 4), np.int32),
+        "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), L.NPC_T if ip[L.P_G2CAP] > 0 else L.NPC), np.int32),
         "ev": ((4 * slots + 16 if delayed else 1, 4), np.float64),
         "queue": ((n_workers + 2, qcap), np.int32),
         "run": ((n_workers, runcap), np.int32),
@@ -455,6 +502,7 @@ def simulate(
     drain: bool = False,
     max_batch_bytes: int | None = None,
     parallel: bool = True,
+    check_blocks: bool = False,
 ) -> SimResult:
     """Simulate `replicas` independent replicas of one cell; see the module docstring."""
     if replicas < 1:
@@ -473,6 +521,7 @@ def simulate(
         record_candidates=record_candidates,
         naive_decode=naive_decode,
         drain=drain,
+        check_blocks=check_blocks,
     )
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     shapes = _shapes(ip, fp, n_workers, requests, record_candidates)
@@ -607,6 +656,7 @@ def simulate(
             + ")",
             3: "the simulation stalled with requests left (a request cannot fit a worker)",
             L.STATUS_OVERCAP: "a worker held more KV blocks than it has (an engine bug: please report it)",
+            L.STATUS_TIERS: "the KV tiers did not conserve blocks (an engine bug: please report it)",
         }.get(code, str(code))
         raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}", key="load" if code == 1 else None)
     # seq order (arrival order) is the row order already: rows are indexed by seq - warmup

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from poa_mc.spec import CellSpec, SpecError
+from poa_mc.spec import CellSpec, SpecError, drop_tier_keys
 
 if TYPE_CHECKING:
     from poa_mc.config import GridConfig, RunSection
@@ -63,6 +63,11 @@ def cell_id(spec: CellSpec, stream: int) -> str:
     if not spec.profile.table:  # profiles without a timing table keep the ids they had before tables
         d["profile"].pop("table")
         d["profile"].pop("table_sha")
+    drop_tier_keys(d["cluster"], [d["policy"]])  # clusters without lower tiers likewise
+    if d["workload"]["trace"] is None:
+        d["workload"].pop("trace")  # and synthetic workloads
+    else:
+        d["workload"]["trace"].pop("path")  # a replayed trace is known by its content (sha256)
     return "c" + _digest(["cell", d, stream])[:11]
 
 
@@ -92,6 +97,16 @@ def expand(grid: GridConfig) -> list[Cell]:
             cluster = dataclasses.replace(cluster, prefill_kv_blocks=topo.prefill_kv_blocks)
         if topo.zipf_alpha >= 0:
             base = dataclasses.replace(base, popularity="zipf", zipf_alpha=topo.zipf_alpha)
+        if topo.tiers:
+            kept = topo.tiers.split("+")
+            missing = [t for t in kept[1:] if getattr(cluster, f"{t}_blocks") == 0]
+            if missing:
+                raise ConfigError("grid.tiers", f"{topo.tiers!r} needs cluster.{missing[0]}_blocks > 0")
+            cluster = dataclasses.replace(
+                cluster,
+                g2_blocks=cluster.g2_blocks if "g2" in kept else 0,
+                g3_blocks=cluster.g3_blocks if "g3" in kept else 0,
+            )
         planner = grid.pd_game.planner if topo.planner else None
         for li, load in enumerate(grid.loads):
             if grid.load_axis == "concurrency":

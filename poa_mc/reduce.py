@@ -100,6 +100,12 @@ def cell_stats(
     cached = _matrix(df, "cached_blocks", r, n).astype(np.float64)
     prompt = _matrix(df, "prompt_blocks", r, n).astype(np.float64)
     _put(row, "hit_rate", ratio_interval(cached.sum(axis=1), prompt.sum(axis=1)))
+    if "cached_g2" in df.columns:  # per KV tier (docs/tiers.md): G1 is what the lower tiers did not serve
+        lower = {k: _matrix(df, f"cached_{k}", r, n).astype(np.float64) for k in ("g2", "g3")}
+        tiers = {"g1": cached - lower["g2"] - lower["g3"], **lower}
+        for k, hits in tiers.items():
+            _put(row, f"hit_rate_{k}", ratio_interval(hits.sum(axis=1), prompt.sum(axis=1)))
+        _put(row, "onboard_ms_mean", t_interval(_matrix(df, "onboard_ms", r, n).mean(axis=1)))
     _slo_stats(row, slo or {}, ttft, itl, gaps, n, window_s)
     _worker_stats(row, df, spec, r, n)
     if {"replica_preemptions", "replica_simulated"} <= set(df.columns):

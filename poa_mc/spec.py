@@ -105,6 +105,24 @@ class Dist:
 
 
 @dataclass(frozen=True)
+class TraceReplay:
+    """A trace replayed as it happened (`[workload] kind = "trace"`, poa_mc/replay.py). `file` as the
+    grid names it, pinned by `sha256`; `path` is the file read (not part of a cell's identity)."""
+
+    file: str
+    format: str
+    sha256: str
+    replay: str = "closed"
+    sample: str = "offset"
+    trace_block_size: int = 512
+    rows: int = 0
+    sessions: int = 0
+    rate_rps: float = 0.0  # the trace's own mean rate (timestamps replay)
+    kept_share: float = 1.0  # share of its reusable prefix blocks the engine's chains keep
+    path: str = ""
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """The request stream. Lengths in tokens, times in milliseconds, rates in requests/second."""
 
@@ -118,6 +136,7 @@ class WorkloadSpec:
     concurrency: int = 64
     rate_rps: float = 0.0
     think_ms: float = 0.0
+    trace: TraceReplay | None = None
 
     def validate(self, path: str = "workload") -> None:
         self.isl.validate(f"{path}.isl")
@@ -252,6 +271,9 @@ class ControllerSpec:
             raise SpecError(f"{path}.log_switches", f"must be >= 0, got {self.log_switches}")
 
 
+TIER_CREDIT = (1.0, 0.75, 0.25, 0.1)  # Dynamo's credit for a G1..G4 hit (docs/tiers.md)
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """How the router decides: the prefill worker in prefill_first (then the decode worker by load,
@@ -273,6 +295,8 @@ class PolicySpec:
     batch_size: int = 8
     batch_ms: float = 5.0
     cache: str = "per_worker"
+    # the kv router's credit for a cached block in G1, G2, G3, G4 (used only with lower tiers)
+    tier_credit: tuple[float, ...] = TIER_CREDIT
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
@@ -294,6 +318,9 @@ class PolicySpec:
                 raise SpecError(f"{path}.batch_ms", f"must be >= 0 ms, got {self.batch_ms}")
         if self.kind == "power_of_d" and self.d < 1:
             raise SpecError(f"{path}.d", f"must be >= 1, got {self.d}")
+        tc = self.tier_credit
+        if len(tc) != 4 or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in tc):
+            raise SpecError(f"{path}.tier_credit", f"must be 4 numbers within [0, 1] (G1..G4), got {list(tc)}")
 
 
 @dataclass(frozen=True)
@@ -316,6 +343,24 @@ class ClusterSpec:
     decode_admission: str = "fcfs"
     recompute_last_block: bool = True
     max_inflight: int = 4096
+    # lower KV tiers of each prefill worker (kernels/tiers.py, docs/tiers.md); 0 blocks: absent
+    g2_blocks: int = 0
+    g2_gbps: float = 14.0
+    g3_blocks: int = 0
+    g3_gbps: float = 7.0
+    g4_blocks: int = 0
+    g4_gbps: float = 1.0
+    tier_decay_ms: float = 0.0
+
+    def has_tiers(self) -> bool:
+        return self.g2_blocks > 0 or self.g3_blocks > 0 or self.g4_blocks > 0
+
+    def tier_copy_ms(self, gbps: float) -> float:
+        """Milliseconds to copy one block over a link of `gbps` GB/s (1e6 bytes per ms); 0 when
+        kv_bytes_per_token is 0, as for the P->D transfer."""
+        if self.kv_bytes_per_token <= 0:
+            return 0.0
+        return self.kv_bytes_per_token * self.block_size / (gbps * 1e6)
 
     def n_workers(self) -> int:
         return (0 if self.flow == "aggregated" else self.n_prefill) + self.n_decode
@@ -363,6 +408,25 @@ class ClusterSpec:
         ):
             if not getattr(self, name) >= 0:
                 raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        self._validate_tiers(path)
+
+    def _validate_tiers(self, path: str) -> None:
+        for name in ("g2_blocks", "g3_blocks", "g4_blocks", "tier_decay_ms"):
+            if not getattr(self, name) >= 0:
+                raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        for tier in ("g2", "g3", "g4"):
+            if getattr(self, f"{tier}_blocks") > 0 and not getattr(self, f"{tier}_gbps") > 0:
+                raise SpecError(f"{path}.{tier}_gbps", f"must be > 0 GB/s, got {getattr(self, f'{tier}_gbps')}")
+        if self.g4_blocks > 0:
+            raise SpecError(f"{path}.g4_blocks", "G4 (remote storage shared by all workers) is not modelled yet: use 0")
+        if self.g3_blocks > 0 and self.g2_blocks == 0:
+            raise SpecError(f"{path}.g3_blocks", "G3 is fed by G2's evictions: it needs g2_blocks > 0")
+        if self.has_tiers() and self.flow != "prefill_first":
+            raise SpecError(
+                f"{path}.g2_blocks", "lower tiers are modelled on the prefill workers of flow = prefill_first"
+            )
+        if 0 < self.tier_decay_ms < 1:
+            raise SpecError(f"{path}.tier_decay_ms", f"must be 0 (no decay) or >= 1 ms, got {self.tier_decay_ms}")
 
 
 def budget_splits(budget: int, prefill_gpus: int, decode_gpus: int) -> list[tuple[int, int]]:
@@ -465,6 +529,12 @@ class CellSpec:
             raise SpecError(
                 "policy.kind", f"{self.policy.kind} models the prefill_first path: it needs flow = prefill_first"
             )
+        if c.has_tiers() and self.policy.cache == "global":
+            raise SpecError("policy.cache", "a pooled prefill cache has no lower tiers yet: use cluster.g2_blocks = 0")
+        if c.has_tiers() and self.planner is not None:
+            raise SpecError("planner", "lower tiers are not modelled with a moving split yet: use g2_blocks = 0")
+        if tuple(self.policy.tier_credit) != TIER_CREDIT and not c.has_tiers():
+            raise SpecError("policy.tier_credit", "credits lower-tier hits: the cluster has none (g2_blocks = 0)")
         if self.policy.cache == "global" and c.flow != "prefill_first":
             raise SpecError(
                 "policy.cache", "global pools the prefill workers' caches: it needs cluster.flow = prefill_first"
@@ -490,3 +560,19 @@ class CellSpec:
 
     def _n_candidates(self) -> int:
         return self.cluster.n_prefill if self.cluster.flow == "prefill_first" else self.cluster.n_decode
+
+
+TIER_KEYS = ("g2_blocks", "g2_gbps", "g3_blocks", "g3_gbps", "g4_blocks", "g4_gbps", "tier_decay_ms")
+
+
+def drop_tier_keys(cluster: dict, policies: list[dict]) -> None:
+    """Remove the tier keys from a cluster's and its policies' dicts when the cluster has no lower
+    tiers (and the credits are the defaults): grids written before tiers existed keep their cell
+    ids and fingerprints, also with the tier keys written out as 0."""
+    if any(cluster.get(k, 0) for k in ("g2_blocks", "g3_blocks", "g4_blocks")):
+        return
+    for k in TIER_KEYS:
+        cluster.pop(k, None)
+    for p in policies:
+        if tuple(p.get("tier_credit", TIER_CREDIT)) == TIER_CREDIT:
+            p.pop("tier_credit", None)

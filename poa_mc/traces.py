@@ -14,8 +14,9 @@ missing column, non-numeric or negative value, empty trace); the message names t
 a bad row, its line number. Files ending in `.gz` are decompressed on the fly. The sha256 of the
 (decompressed) content is computed during the same pass.
 
-Only the lengths are used by the simulator today (through `dist = "trace"` in a grid file);
-arrival times and Mooncake hash_ids are parsed and kept on the `Trace` but not used yet.
+A grid uses a trace in two ways: its lengths alone (`dist = "trace"`, sampled), or the whole
+trace replayed (`[workload] kind = "trace"`: timestamps, sessions, Mooncake's hash_ids as real
+prefix sharing; poa_mc.replay).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class Trace:
     source: str
     sha256: str = ""
     hash_ids: list[list[int]] | None = None
+    lines: np.ndarray | None = None  # 1-based line of each row in its file
+    session: list[str] | None = None  # Mooncake: session_id of each row ("" none)
+    delay_ms: np.ndarray | None = None  # Mooncake: delay of each row after its session's previous turn (0 none)
 
     def __len__(self) -> int:
         return len(self.isl)
@@ -173,7 +177,9 @@ def _datetime_ms(r: _Reader, lineno: int, name: str, value: str) -> float:
     return dt.timestamp() * 1000.0 + (float(f"0.{frac}") * 1000.0 if frac else 0.0)
 
 
-def _finish(r: _Reader, isl: list, osl: list, arrival: list, hash_ids: list | None = None, note: str = "") -> Trace:
+def _finish(
+    r: _Reader, isl: list, osl: list, arrival: list, hash_ids: list | None = None, note: str = "", **extra: Any
+) -> Trace:
     if not isl:
         raise r.error(None, f"empty trace: no requests{note}")
     return Trace(
@@ -183,6 +189,7 @@ def _finish(r: _Reader, isl: list, osl: list, arrival: list, hash_ids: list | No
         source=str(r.path),
         sha256=r.sha.hexdigest(),
         hash_ids=hash_ids,
+        **extra,
     )
 
 
@@ -220,13 +227,16 @@ def _csv_rows(r: _Reader, required: tuple[str, ...]) -> Iterator[tuple[int, dict
 
 def load_mooncake(path: str | Path) -> Trace:
     """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (list of ints)
-    on every line; `session_id` and `delay` (Dynamo's multi-turn extension) are accepted and
-    ignored. Blank lines are skipped."""
+    on every line; `session_id` (a string or integer) and `delay` (ms after the previous turn of
+    the session completed; Dynamo's multi-turn extension) optional. Blank lines are skipped."""
     r = _Reader(path)
     isl: list[int] = []
     osl: list[int] = []
     arrival: list[float] = []
     hashes: list[list[int]] = []
+    lines: list[int] = []
+    sessions: list[str] = []
+    delays: list[float] = []
     for lineno, line in enumerate(r.lines(), start=1):
         if not line.strip():
             continue
@@ -246,9 +256,15 @@ def load_mooncake(path: str | Path) -> Trace:
         if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
             raise r.error(lineno, "hash_ids must be a list of integers")
         hashes.append(ids)
-        if "delay" in obj:
-            _number(r, lineno, "delay", obj["delay"])
-    return _finish(r, isl, osl, arrival, hashes)
+        lines.append(lineno)
+        delays.append(_number(r, lineno, "delay", obj["delay"]) if "delay" in obj else 0.0)
+        sid = obj.get("session_id", "")
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+            raise r.error(lineno, f"session_id must be a string or an integer, got {sid!r}")
+        sessions.append(str(sid))
+    return _finish(
+        r, isl, osl, arrival, hashes, lines=np.asarray(lines), session=sessions, delay_ms=np.asarray(delays, float)
+    )
 
 
 def load_azure(path: str | Path) -> Trace:

@@ -327,3 +327,36 @@ def test_a_trace_that_is_not_gzip_names_the_file(tmp_path):
     with pytest.raises(ConfigError) as e:
         loads_grid(text, base_dir=tmp_path)
     assert e.value.path == "workload.isl.file" and "gzip" in str(e.value)
+
+
+def test_the_agentic_tiers_preset_compares_g1_alone_with_three_tiers():
+    from poa_mc.cli.main import builtin_grids
+
+    from poa_mc.config import load_grid
+
+    grid = load_grid(builtin_grids()["agentic-tiers"])
+    labels = [t.label for t in grid.topologies]
+    assert labels == ["1P/4D g1", "1P/4D g1+g2+g3", "2P/8D g1", "2P/8D g1+g2+g3"]
+    cells = grid.cells()
+    assert len(cells) == 48 and grid.workload.trace.replay == "closed" and grid.workload.trace.sessions == 80
+    by_label = {}
+    for c in cells:
+        by_label.setdefault(c.topology, c)
+    g1, g3 = by_label["1P/4D g1"].spec.cluster, by_label["1P/4D g1+g2+g3"].spec.cluster
+    assert (g1.g2_blocks, g1.g3_blocks) == (0, 0) and (g3.g2_blocks, g3.g3_blocks) == (6000, 64000)
+    # the variants of a point see the same requests (one stream), and their cells differ
+    a, b = by_label["1P/4D g1"], by_label["1P/4D g1+g2+g3"]
+    assert a.stream == b.stream and a.cell_id != b.cell_id
+
+
+@pytest.mark.parametrize(
+    "tiers,path",
+    [('"g1"', "grid.tiers"), ('["g2"]', "grid.tiers[0]"), ('["g1", "g1"]', "grid.tiers[1]"),
+     ('["g1+g2+g3"]', "grid.tiers")],
+)  # fmt: skip
+def test_bad_tier_variants_name_the_key(tiers, path):
+    text = SMALL.replace("[grid]", f"[grid]\ntiers = {tiers}") if "[grid]" in SMALL else None
+    assert text is not None
+    with pytest.raises(ConfigError) as err:
+        loads_grid(text).cells()
+    assert err.value.path == path

@@ -227,13 +227,16 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
                  ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30), ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60)]
+                 ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30), ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60),
+                 ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
                 "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
-                "planner": dict(kind="kv"), "aic": dict(kind="kv")}
+                "planner": dict(kind="kv"), "aic": dict(kind="kv"), "tiers": dict(kind="kv")}
+        # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
+        tiers = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
         # measured-kernel timing: a table the kernels interpolate (kernels/timing.py)
         aic = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
@@ -241,9 +244,10 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
             if pol == "planner":  # both targets missed: it moves every 20 ms interval
                 planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
-                                                decode_kv_blocks=dkv, transfer_latency_ms=xfer),
+                                                decode_kv_blocks=dkv, transfer_latency_ms=xfer,
+                                                **(tiers if pol == "tiers" else {})),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
-                                                  prefix_groups=3, concurrency=6),
+                                                  prefix_groups=6 if pol == "tiers" else 3, concurrency=6),
                             policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
                             planner=planner, **({"profile": aic} if pol == "aic" else {}))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
@@ -256,6 +260,9 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.candidates[k], b.candidates[k], equal_nan=True), (flow, k)
             for k in a.replica:
                 assert np.array_equal(a.replica[k], b.replica[k]), (flow, pol, k)
+            if pol == "tiers":  # hits in both lower tiers, and their copies timed
+                assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
+                assert a.samples["onboard_ms"].max() > 0
             if pol == "planner":
                 assert a.replica["planner_moves"].sum() > 0
                 assert np.array_equal(a.extra["move_log"], b.extra["move_log"], equal_nan=True)
@@ -264,6 +271,18 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.extra["switch_log"], b.extra["switch_log"], equal_nan=True)
             if dkv == 30:
                 assert a.replica["preemptions"].sum() > 0, flow
+        # traces replayed: the agentic sample's sessions (closed), the Mooncake sample's timestamps
+        from poa_mc.config import loads_grid
+        for path, replay, load in (("agentic_sample", "closed", "concurrency = [5]"),
+                                   ("mooncake_sample", "timestamps", "rate = [3.0]")):
+            text = (f'[workload]\\nkind = "trace"\\nformat = "mooncake"\\npath = "{path}"\\nreplay = "{replay}"\\n'
+                    f'[cluster]\\nprefill_kv_blocks = 600\\ng2_blocks = 300\\n'
+                    f'[grid]\\ntopology = ["2P/2D"]\\n{load}\\n[[policy]]\\nname = "kv"\\n')
+            spec = loads_grid(text).cells()[0].spec
+            kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
+            a, b = simulate(spec, backend="cpu", **kw), simulate(spec, backend="cuda", **kw)
+            for k in a.samples:
+                assert np.array_equal(a.samples[k], b.samples[k]), (path, k)
         print("EQUAL")
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")

@@ -2,7 +2,8 @@
 
     python data/traces/make_samples.py
 
-Writes mooncake_sample.jsonl, azure_sample.csv and burstgpt_sample.csv next to this file. The
+Writes mooncake_sample.jsonl, azure_sample.csv, burstgpt_sample.csv and agentic_sample.jsonl (multi-turn
+agent sessions: docs/traces.md) next to this file. The
 lengths are synthetic (lognormal inputs clipped to [100, 8000] tokens, lognormal outputs clipped to
 [10, 1000]), the arrivals Poisson; they only look like the real traces, they are not samples of them.
 """
@@ -75,12 +76,49 @@ def burstgpt(rng: np.random.Generator, n: int = 500) -> str:
     return "\n".join(rows) + "\n"
 
 
+def agentic(rng: np.random.Generator, sessions: int = 80) -> str:
+    """Multi-turn agent sessions in Mooncake JSONL with Dynamo's `session_id` and `delay`: each
+    session opens with one of 3 agents' 3,072-token system prompts (shared by every session of that
+    agent), then each turn's prompt is the previous one, its answer and a tool result; the tool runs
+    `delay` ms between turns. Rows are in timestamp order (sessions interleave)."""
+    system = [list(range(a * 1000, a * 1000 + 6)) for a in range(3)]  # 6 ids = 3,072 tokens each
+    rows, next_id = [], 100_000
+    starts = np.cumsum(rng.exponential(2000.0, sessions))  # a new session every 2 s on average
+    for k in range(sessions):
+        agent = int(rng.choice(3, p=[0.5, 0.3, 0.2]))
+        turns = int(rng.integers(3, 15))
+        isl = 3072 + int(rng.integers(200, 800))
+        ids = system[agent] + list(range(next_id, next_id + -(-isl // BLOCK) - 6))
+        next_id += len(ids)
+        t = float(starts[k])
+        for turn in range(turns):
+            osl = int(np.clip(round(rng.lognormal(np.log(150), 0.6)), 20, 600))
+            delay = 0.0 if turn == 0 else float(np.clip(round(rng.lognormal(np.log(800), 0.8)), 50, 10_000))
+            row = {"timestamp": int(round(t)), "input_length": isl, "output_length": osl, "hash_ids": ids,
+                   "session_id": f"agent{agent}-s{k:03d}"}  # fmt: skip
+            if turn:
+                row["delay"] = delay
+            rows.append((t, k, turn, json.dumps(row)))
+            # the next turn: this prompt, its answer and a tool result; the full blocks carry over
+            grown = isl + osl + int(np.clip(round(rng.lognormal(np.log(900), 0.7)), 100, 4000))
+            if grown > 32_000:
+                break
+            keep = ids[: isl // BLOCK]
+            ids = keep + list(range(next_id, next_id + -(-grown // BLOCK) - len(keep)))
+            next_id += -(-grown // BLOCK) - len(keep)
+            t += 400.0 + 25.0 * osl + (float(np.clip(round(rng.lognormal(np.log(800), 0.8)), 50, 10_000)))
+            isl = grown
+    rows.sort()
+    return "\n".join(r[3] for r in rows) + "\n"
+
+
 def main() -> None:
     rng = np.random.default_rng(SEED)
     for name, text in (
         ("mooncake_sample.jsonl", mooncake(rng)),
         ("azure_sample.csv", azure(rng)),
         ("burstgpt_sample.csv", burstgpt(rng)),
+        ("agentic_sample.jsonl", agentic(rng)),
     ):
         (HERE / name).write_text(text, encoding="utf-8")
         print(f"wrote {HERE / name}")

@@ -1,0 +1,264 @@
+"""Lower KV tiers (kernels/tiers.py): unit tests through the CPU build, then the engine's checks
+(an exclusive G1 + G2 is one LRU of the summed capacity, request by request; blocks are conserved
+after every event)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from poa_mc.kernels import cpu
+from poa_mc.kernels.layout import (
+    NPC_T,
+    NRI,
+    NWI,
+    PC_FREQ,
+    PC_N2,
+    PC_N3,
+    WI_A2N,
+    WI_DECAY,
+    WI_FREE,
+    WI_G2CAP,
+    WI_G2U,
+    WI_G3CAP,
+    WI_G3U,
+    WI_LH2,
+    WI_LH3,
+    WI_USED,
+)
+
+from poa_mc.engine import simulate
+from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
+
+K = cpu._K
+G = 4
+
+
+def _arrays(g2=8, g3=8, ring=8):
+    pc = np.zeros((1, 1, G + ring, NPC_T), dtype=np.int32)
+    wk_i = np.zeros((1, 2, NWI), dtype=np.int32)
+    wk_i[0, 0, WI_G2CAP] = g2
+    wk_i[0, 0, WI_G3CAP] = g3
+    rep_i = np.zeros((1, NRI), dtype=np.int64)
+    ev = np.zeros((1, 8, 4))
+    return pc, wk_i, rep_i, ev
+
+
+def _acq(a, g, pfx, held, cap, now=0.0):
+    pc, wk_i, rep_i, ev = a
+    return K.cache.acquire(pc, wk_i, rep_i, ev, 0.0, now, 0, 0, g, pfx, held, G, cap)
+
+
+def _rel(a, g, pfx, held, keep=0):
+    pc, wk_i, rep_i, _ = a
+    return K.cache.release(pc, wk_i, rep_i, 0, 0, g, pfx, held, keep, -1, G)
+
+
+def _ok(a, cap):
+    pc, wk_i, _, _ = a
+    return K.tiers.conserved(pc, wk_i, 0, 0, G, cap)
+
+
+def test_g1_evictions_demote_to_g2_and_hits_come_back_up():
+    a = _arrays(g2=8, g3=0)
+    pc, wk_i = a[0], a[1]
+    for g in (0, 1):  # two 4-block chains fill G1 (capacity 8)
+        assert _acq(a, g, 4, 0, 8) == 0
+        _rel(a, g, 4, 0)
+    assert _acq(a, 2, 4, 0, 8) == 0  # group 0 (the oldest) goes down to G2
+    assert list(pc[0, 0, :3, 0]) == [0, 4, 4] and pc[0, 0, 0, PC_N2] == 4 and wk_i[0, 0, WI_G2U] == 4
+    assert _ok(a, 8)
+    _rel(a, 2, 4, 0)
+    # group 0 again: all 4 blocks hit, from G2; they move up (group 1, now the oldest, moves down)
+    assert _acq(a, 0, 4, 0, 8) == 4
+    assert wk_i[0, 0, WI_LH2] == 4 and wk_i[0, 0, WI_LH3] == 0
+    assert pc[0, 0, 0, 0] == 4 and pc[0, 0, 0, PC_N2] == 0 and pc[0, 0, 1, PC_N2] == 4
+    assert _ok(a, 8)
+
+
+def test_a_prompt_hits_g1_then_g2_then_g3_in_order():
+    a = _arrays(g2=2, g3=8)
+    pc, wk_i = a[0], a[1]
+    pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3] = 3, 2, 4
+    pc[0, 0, 0, PC_FREQ] = 1
+    wk_i[0, 0, WI_USED], wk_i[0, 0, WI_FREE], wk_i[0, 0, WI_G2U], wk_i[0, 0, WI_G3U] = 3, 3, 2, 4
+    assert _ok(a, 16)
+    # a 7-block prefix: 3 in G1, 2 in G2, 2 of the 4 in G3; the other 2 stay in G3 after it
+    assert _acq(a, 0, 7, 0, 16) == 7
+    assert (wk_i[0, 0, WI_LH2], wk_i[0, 0, WI_LH3]) == (2, 2)
+    assert (pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3]) == (7, 0, 2)
+    assert pc[0, 0, 0, PC_FREQ] == 2  # doubled by the hit
+    assert _ok(a, 16)
+
+
+def test_only_chains_hit_twice_go_from_g2_to_g3():
+    a = _arrays(g2=4, g3=8)
+    pc = a[0]
+    # group 0 is hit once more (frequency 2), group 1 is not (frequency 1)
+    for g, uses in ((0, 2), (1, 1)):
+        for _ in range(uses):
+            _acq(a, g, 4, 0, 8)
+            _rel(a, g, 4, 0)
+    assert list(pc[0, 0, :2, PC_FREQ]) == [2, 1]
+    # two more chains push groups 0 and 1 out of G1, then out of G2
+    for g in (2, 3):
+        _acq(a, g, 4, 0, 8)
+        _rel(a, g, 4, 0)
+    _acq(a, 0, 0, 8, 8)  # a request holding all 8 G1 blocks
+    assert pc[0, 0, 0, PC_N3] == 4, "frequency 2: demoted to G3"
+    assert pc[0, 0, 1, PC_N3] == 0 and pc[0, 0, 1, PC_N2] == 0, "frequency 1: dropped"
+    assert _ok(a, 8)
+
+
+def test_frequency_decays_one_per_step_never_below_one():
+    a = _arrays(g2=4, g3=4)
+    pc, wk_i = a[0], a[1]
+    wk_i[0, 0, WI_DECAY] = 100  # 100 ms a step
+    for _ in range(3):
+        _acq(a, 0, 2, 0, 8, now=0.0)
+        _rel(a, 0, 2, 0)
+    assert pc[0, 0, 0, PC_FREQ] == 4  # 1, 2, 4
+    assert K.tiers.frequency(pc, 0, 0, 0, np.int64(2)) == 2  # 200 ms later
+    assert K.tiers.frequency(pc, 0, 0, 0, np.int64(9)) == 1
+
+
+def test_unique_blocks_take_room_in_g2_but_never_reach_g3():
+    a = _arrays(g2=4, g3=8)
+    pc, wk_i = a[0], a[1]
+    assert _acq(a, 0, 2, 2, 8) == 0
+    _rel(a, 0, 2, 2, keep=2)  # its 2 unique blocks stay cached (a released run)
+    _acq(a, 1, 0, 8, 8)  # evicts everything from G1: the run and the chain go to G2
+    assert wk_i[0, 0, WI_G2U] == 4 and wk_i[0, 0, WI_A2N] == 1 and pc[0, 0, 0, PC_N2] == 2
+    _rel(a, 1, 0, 8)  # frees all 8 blocks (nothing kept)
+    _acq(a, 2, 4, 4, 8)
+    _rel(a, 2, 4, 4, keep=4)
+    _acq(a, 3, 0, 8, 8)  # G2 overflows: the oldest (request 0's run, then group 0's chain) leave
+    assert wk_i[0, 0, WI_G3U] == 0, "frequency 1 everywhere: nothing reaches G3"
+    assert _ok(a, 8)
+
+
+def test_a_cut_off_segment_is_dropped_with_what_follows_it():
+    a = _arrays(g2=2, g3=8)
+    pc, wk_i = a[0], a[1]
+    pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3] = 0, 2, 3
+    pc[0, 0, 0, PC_FREQ] = pc[0, 0, 1, PC_FREQ] = 1
+    wk_i[0, 0, WI_G2U], wk_i[0, 0, WI_G3U] = 2, 3
+    # G2 needs both its blocks for another chain's demotion: group 0's G2 segment (frequency 1)
+    # is dropped, and its G3 blocks after it can no longer be reached: they go too
+    K.tiers.demote_chain(pc, wk_i, 0, 0, np.int64(1), np.int64(2), np.int64(5), G, np.int64(0))
+    assert (pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3]) == (0, 0)
+    assert pc[0, 0, 1, PC_N2] == 2 and wk_i[0, 0, WI_G3U] == 0
+    assert _ok(a, 8)
+
+
+# ---- the engine ----------------------------------------------------------------------------
+
+WL = WorkloadSpec(
+    isl=Dist("fixed", 1024),
+    osl=Dist("fixed", 16),
+    prefix_ratio=0.5,
+    prefix_groups=60,
+    popularity="zipf",
+    zipf_alpha=0.9,
+    concurrency=2,
+)
+RUN = dict(replicas=3, requests=400, warmup=20, seed=3, stream=2, record_candidates=False)
+
+
+def _cell(**cluster):
+    c = ClusterSpec(n_prefill=1, n_decode=1, **cluster)
+    return CellSpec(cluster=c, workload=WL, policy=PolicySpec())
+
+
+def test_exclusive_two_tiers_are_one_lru_of_the_summed_capacity():
+    # REFERENCE (docs/tiers.md): demote on evict + promote on hit = one LRU over G1 + G2. Copies
+    # take no time (kv_bytes_per_token = 0), so every request must see the same hits and times.
+    one = simulate(_cell(prefill_kv_blocks=240), **RUN)
+    two = simulate(_cell(prefill_kv_blocks=80, g2_blocks=160), check_blocks=True, **RUN)
+    hits = one.samples["cached_blocks"]
+    assert 0.2 < hits.sum() / one.samples["prompt_blocks"].sum() < 0.5  # the capacity binds
+    assert two.samples["cached_g2"].sum() > 0.2 * hits.sum()  # G2 serves a good part of them
+    for k in ("cached_blocks", "ttft_ms", "e2e_ms", "group"):
+        assert np.array_equal(one.samples[k], two.samples[k]), k
+    # and a G1 of 80 alone hits less
+    small = simulate(_cell(prefill_kv_blocks=80), **RUN)
+    assert small.samples["cached_blocks"].sum() < 0.8 * hits.sum()
+
+
+def test_tier_keys_written_as_zero_change_nothing():
+    a = simulate(_cell(prefill_kv_blocks=80), **RUN)
+    b = simulate(_cell(prefill_kv_blocks=80, g2_blocks=0, g3_blocks=0, g2_gbps=3.0, tier_decay_ms=0.0), **RUN)
+    for k in a.samples:
+        assert np.array_equal(a.samples[k], b.samples[k]), k
+    assert (a.samples["cached_g2"] == 0).all() and (a.samples["onboard_ms"] == 0).all()
+
+
+def test_three_tiers_conserve_blocks_and_time_their_copies():
+    spec = _cell(prefill_kv_blocks=80, g2_blocks=60, g3_blocks=200, kv_bytes_per_token=163_840, tier_decay_ms=500.0)
+    spec = replace(spec, workload=replace(WL, concurrency=6))
+    res = simulate(spec, check_blocks=True, **RUN)
+    s = res.samples
+    assert s["cached_g2"].sum() > 0 and s["cached_g3"].sum() > 0
+    assert ((s["cached_g2"] + s["cached_g3"]) <= s["cached_blocks"]).all()
+    # a request with lower-tier hits waited for their copy: at least its own blocks over G2's
+    # link (14 GB/s: 64 tokens x 163,840 bytes = 0.749 ms a block), G3's also over G3's (7 GB/s)
+    copied = s["cached_g2"] + s["cached_g3"]
+    block2 = 64 * 163_840 / 14e6
+    block3 = 64 * 163_840 / 7e6
+    low = np.maximum(copied * block2, s["cached_g3"] * block3)
+    assert (s["onboard_ms"][copied > 0] >= low[copied > 0] - 1e-9).all()
+    assert (s["onboard_ms"][copied == 0] == 0).all()
+
+
+def test_the_kv_router_credits_lower_tier_hits():
+    # 2 prefill workers: with full credit the router sees G2 blocks as cached and sends more
+    # requests where their prefix is; with zero credit for G2/G3 it sees only G1
+    base = dict(prefill_kv_blocks=60, g2_blocks=200, g3_blocks=0)
+    spec = replace(_cell(**base), cluster=ClusterSpec(n_prefill=2, n_decode=1, **base))
+    spec = replace(spec, workload=replace(WL, concurrency=4))
+    full = simulate(replace(spec, policy=PolicySpec(tier_credit=(1.0, 1.0, 1.0, 1.0))), **RUN)
+    none = simulate(replace(spec, policy=PolicySpec(tier_credit=(1.0, 0.0, 0.0, 0.0))), **RUN)
+    assert full.samples["cached_blocks"].sum() > none.samples["cached_blocks"].sum()
+
+
+@pytest.mark.parametrize(
+    "cluster,path",
+    [
+        (dict(g2_blocks=-1), "cluster.g2_blocks"),
+        (dict(g2_blocks=10, g2_gbps=0.0), "cluster.g2_gbps"),
+        (dict(g3_blocks=10), "cluster.g3_blocks"),
+        (dict(g4_blocks=10), "cluster.g4_blocks"),
+        (dict(g2_blocks=10, flow="aggregated"), "cluster.g2_blocks"),
+        (dict(g2_blocks=10, tier_decay_ms=0.5), "cluster.tier_decay_ms"),
+    ],
+)
+def test_bad_tier_keys_name_the_key(cluster, path):
+    with pytest.raises(SpecError) as err:
+        _cell(**cluster).validate()
+    assert err.value.path == path
+
+
+def test_tier_credit_without_tiers_is_an_error():
+    with pytest.raises(SpecError) as err:
+        replace(_cell(), policy=PolicySpec(tier_credit=(1.0, 0.5, 0.25, 0.1))).validate()
+    assert err.value.path == "policy.tier_credit"
+
+
+def test_blocks_are_conserved_over_random_configurations():
+    # capacities, decay, skew, policies and copy times drawn at random; check_blocks fails a replica
+    # at the first event after which a tier's blocks and counters disagree (a fixed seed: the same
+    # 40 configurations every run)
+    rng = np.random.default_rng(7)
+    for k in range(40):
+        c = ClusterSpec(
+            n_prefill=int(rng.integers(1, 4)), n_decode=2, prefill_kv_blocks=int(rng.integers(30, 120)),
+            g2_blocks=int(rng.integers(1, 80)), g3_blocks=int(rng.choice([0, int(rng.integers(1, 200))])),
+            tier_decay_ms=float(rng.choice([0.0, 5.0, 50.0])), kv_bytes_per_token=float(rng.choice([0.0, 2e5])),
+            kv_event_delay_ms=float(rng.choice([0.0, 5.0])),
+        )  # fmt: skip
+        w = replace(
+            WL, isl=Dist("uniform", low=64, high=1800), osl=Dist("fixed", 20), prefix_groups=int(rng.integers(1, 30)),
+            prefix_ratio=float(rng.uniform(0, 1)), concurrency=int(rng.integers(1, 12)),
+        )  # fmt: skip
+        pol = PolicySpec(kind=str(rng.choice(["kv", "round_robin", "hash"])), temperature=float(rng.choice([0.0, 0.5])))
+        simulate(CellSpec(cluster=c, workload=w, policy=pol), replicas=4, requests=200, warmup=10, seed=k, stream=3,
+                 check_blocks=True)  # fmt: skip
