@@ -12,7 +12,8 @@ Blocks live in two kinds of runs, both in the `pc` array (layout.py):
   (`pc[.., 2] >= 0`), left by a preempted request, which that request can hit again when it is
   readmitted (`reclaim`).
 
-Eviction takes the oldest stamp first, the tail of a run first (vLLM frees a request's blocks in
+Eviction takes the oldest stamp first (or, with the lineage rule, WI_LINEAGE, every released run
+before any chain: the leaves before the prefixes they extend), the tail of a run first (vLLM frees a request's blocks in
 reverse order, so its unique tail goes before its prefix): one release stamps its unique run
 before its chain. So partial hits happen, as in Dynamo's block manager. An anonymous run older
 than every evictable chain is freed whole when eviction reaches it, and so are the anonymous ones
@@ -29,7 +30,20 @@ are live.
 import numpy as np
 
 from ._ns import Namespace
-from .layout import RI_EVH, RI_EVN, RI_MERGES, RI_STAMP, WI_AH, WI_AN, WI_FREE, WI_LH2, WI_LH3, WI_OLDG, WI_USED
+from .layout import (
+    RI_EVH,
+    RI_EVN,
+    RI_MERGES,
+    RI_STAMP,
+    WI_AH,
+    WI_AN,
+    WI_FREE,
+    WI_LH2,
+    WI_LH3,
+    WI_LINEAGE,
+    WI_OLDG,
+    WI_USED,
+)
 
 
 def build(jit, tiers, jit_inline=None):
@@ -136,7 +150,9 @@ def build(jit, tiers, jit_inline=None):
         g = oldest_chain(pc, wk_i, r, w, n_groups)
         while True:
             row = ring_head(pc, wk_i, r, w, n_groups)
-            take_ring = row >= 0 and (g < 0 or np.int64(pc[r, w, row, 1]) < np.int64(pc[r, w, g, 1]))
+            take_ring = row >= 0 and (
+                g < 0 or np.int64(pc[r, w, row, 1]) < np.int64(pc[r, w, g, 1]) or np.int64(wk_i[r, w, WI_LINEAGE]) == 1
+            )
             if short <= 0 and (lower or not (take_ring and np.int64(pc[r, w, row, 2]) < 0)):
                 break
             if take_ring:

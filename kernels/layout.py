@@ -107,7 +107,8 @@ P_TRACE = 55  # TRACE_*: requests from a replayed trace's table (tabs rows TB_*,
 P_TN = 56  # trace: rows
 P_TS = 57  # trace: sessions (closed replay)
 P_TSAMPLE = 58  # trace, closed replay: 0 sessions in order from a random start, 1 drawn with replacement
-NP_I = 59
+P_LINEAGE = 59  # 1: the prefill workers' caches evict by the lineage rule (WI_LINEAGE), 0: LRU
+NP_I = 60
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -301,7 +302,8 @@ WI_LH2 = 21  # the last acquire's blocks promoted from G2 (read by its caller)
 WI_LH3 = 22  # ... from G3
 WI_CR1 = 23  # the kv router's credit for a hit in G1, G2, G3 (P_CR1..), in thousandths (23, 24, 25)
 WI_DECAY = 26  # ms per decay step of a chain's frequency (P_DECAY; 0: none)
-NWI = 27
+WI_LINEAGE = 27  # 1: the lineage rule, leaves (released runs) evicted before any prefix chain (P_LINEAGE)
+NWI = 28
 
 # ---- per-worker floats ----
 WF_BUSY = 0  # end of the current pass, +inf when idle

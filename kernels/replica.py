@@ -36,6 +36,7 @@ from .layout import (
     P_G,
     P_G2CAP,
     P_G3CAP,
+    P_LINEAGE,
     P_MAXEVENTS,
     P_MAXSEQ,
     P_N,
@@ -125,6 +126,7 @@ from .layout import (
     WI_G3CAP,
     WI_LH2,
     WI_LH3,
+    WI_LINEAGE,
     WI_MIXED,
     WI_NRUN,
     WI_PASS_K,
@@ -502,6 +504,9 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             for g in range(ip[P_G]):
                 for j in range(pc.shape[3]):
                     pc[r, w, g, j] = 0
+        if ip[P_LINEAGE] == 1:
+            for w in range(n_p):
+                wk_i[r, w, WI_LINEAGE] = 1
         if ip[P_G2CAP] > 0:  # lower tiers on the prefill workers (kernels/tiers.py)
             for w in range(n_p):
                 wk_i[r, w, WI_G2CAP] = ip[P_G2CAP]

@@ -48,6 +48,7 @@ from .layout import (
     WI_G2U,
     WI_G3CAP,
     WI_G3U,
+    WI_LINEAGE,
     WI_USED,
 )
 
@@ -95,17 +96,24 @@ def build(jit, jit_inline=None):
         wk_i[r, w, WI_G2U] -= n
         drop_g3(pc, wk_i, r, w, g)
 
+    @jit_inline
+    def oldest_segment(pc, r, w, n_groups, n_col, s_col):
+        """The chain whose segment in one lower tier (its block count in column n_col, its stamp in
+        s_col) is the oldest, or -1 if that tier holds no chain segment."""
+        best = -1
+        best_s = np.int64(0)
+        for g in range(n_groups):
+            if np.int64(pc[r, w, g, n_col]) > 0 and (best < 0 or np.int64(pc[r, w, g, s_col]) < best_s):
+                best = g
+                best_s = np.int64(pc[r, w, g, s_col])
+        return best
+
     @jit
     def g3_room(pc, wk_i, r, w, n_groups, need):
         """Drop G3's oldest chain segments, tail first, until `need` more blocks fit (need <= capacity)."""
         short = np.int64(wk_i[r, w, WI_G3U]) + need - np.int64(wk_i[r, w, WI_G3CAP])
         while short > 0:
-            best = -1
-            best_s = np.int64(0)
-            for g in range(n_groups):
-                if np.int64(pc[r, w, g, PC_N3]) > 0 and (best < 0 or np.int64(pc[r, w, g, PC_S3]) < best_s):
-                    best = g
-                    best_s = np.int64(pc[r, w, g, PC_S3])
+            best = oldest_segment(pc, r, w, n_groups, PC_N3, PC_S3)
             cut = np.int64(pc[r, w, best, PC_N3])
             if cut > short:
                 cut = short
@@ -132,14 +140,13 @@ def build(jit, jit_inline=None):
         are dropped with its G3 segment."""
         short = np.int64(wk_i[r, w, WI_G2U]) + need - np.int64(wk_i[r, w, WI_G2CAP])
         while short > 0:
-            best = -1
-            best_s = np.int64(0)
-            for g in range(n_groups):
-                if np.int64(pc[r, w, g, PC_N2]) > 0 and (best < 0 or np.int64(pc[r, w, g, PC_S2]) < best_s):
-                    best = g
-                    best_s = np.int64(pc[r, w, g, PC_S2])
+            best = oldest_segment(pc, r, w, n_groups, PC_N2, PC_S2)
             row = ring2_head(pc, wk_i, r, w, n_groups)
-            if row >= 0 and (best < 0 or np.int64(pc[r, w, row, PC_R2S]) < best_s):
+            if row >= 0 and (
+                best < 0
+                or np.int64(pc[r, w, row, PC_R2S]) < np.int64(pc[r, w, best, PC_S2])
+                or np.int64(wk_i[r, w, WI_LINEAGE]) == 1
+            ):
                 cut = np.int64(pc[r, w, row, PC_R2N])
                 if cut > short:
                     cut = short
@@ -268,6 +275,7 @@ def build(jit, jit_inline=None):
         frequency=frequency,
         set_frequency=set_frequency,
         drop_below_g1=drop_below_g1,
+        oldest_segment=oldest_segment,
         g3_room=g3_room,
         ring2_head=ring2_head,
         g2_room=g2_room,

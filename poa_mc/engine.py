@@ -251,6 +251,7 @@ def pack_params(
         fp[L.F_G2_MS] = c.tier_copy_ms(c.g2_gbps)
         fp[L.F_G3_MS] = c.tier_copy_ms(c.g3_gbps) if c.g3_blocks > 0 else 0.0
     ip[L.P_CHECK] = 1 if check_blocks else 0
+    ip[L.P_LINEAGE] = 1 if c.tier_eviction == "lineage" else 0
     if pol.kind == "batch":
         ip[L.P_BATCH_N] = pol.batch_size
         fp[L.F_BATCH_MS] = pol.batch_ms

@@ -271,6 +271,7 @@ class ControllerSpec:
             raise SpecError(f"{path}.log_switches", f"must be >= 0, got {self.log_switches}")
 
 
+TIER_EVICTIONS = ("lru", "lineage")
 TIER_CREDIT = (1.0, 0.75, 0.25, 0.1)  # Dynamo's credit for a G1..G4 hit (docs/tiers.md)
 
 
@@ -351,6 +352,7 @@ class ClusterSpec:
     g4_blocks: int = 0
     g4_gbps: float = 1.0
     tier_decay_ms: float = 0.0
+    tier_eviction: str = "lru"  # inside each tier of a prefill worker: LRU, or the lineage rule
 
     def has_tiers(self) -> bool:
         return self.g2_blocks > 0 or self.g3_blocks > 0 or self.g4_blocks > 0
@@ -425,6 +427,12 @@ class ClusterSpec:
             raise SpecError(
                 f"{path}.g2_blocks", "lower tiers are modelled on the prefill workers of flow = prefill_first"
             )
+        if self.tier_eviction not in TIER_EVICTIONS:
+            raise SpecError(
+                f"{path}.tier_eviction", f"must be one of {', '.join(TIER_EVICTIONS)}, got {self.tier_eviction!r}"
+            )
+        if self.tier_eviction == "lineage" and self.flow != "prefill_first":
+            raise SpecError(f"{path}.tier_eviction", "the lineage rule is modelled on prefill_first's prefill workers")
         if 0 < self.tier_decay_ms < 1:
             raise SpecError(f"{path}.tier_decay_ms", f"must be 0 (no decay) or >= 1 ms, got {self.tier_decay_ms}")
 
@@ -569,6 +577,8 @@ def drop_tier_keys(cluster: dict, policies: list[dict]) -> None:
     """Remove the tier keys from a cluster's and its policies' dicts when the cluster has no lower
     tiers (and the credits are the defaults): grids written before tiers existed keep their cell
     ids and fingerprints, also with the tier keys written out as 0."""
+    if cluster.get("tier_eviction", "lru") == "lru":
+        cluster.pop("tier_eviction", None)
     if any(cluster.get(k, 0) for k in ("g2_blocks", "g3_blocks", "g4_blocks")):
         return
     for k in TIER_KEYS:

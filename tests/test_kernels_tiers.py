@@ -23,6 +23,7 @@ from poa_mc.kernels.layout import (
     WI_G3U,
     WI_LH2,
     WI_LH3,
+    WI_LINEAGE,
     WI_USED,
 )
 
@@ -150,6 +151,20 @@ def test_a_cut_off_segment_is_dropped_with_what_follows_it():
     assert _ok(a, 8)
 
 
+def test_the_lineage_rule_evicts_released_runs_before_any_chain():
+    for lineage, kept in ((0, [0, 2]), (1, [2, 2])):
+        a = _arrays(g2=0, g3=0)
+        pc, wk_i = a[0], a[1]
+        wk_i[0, 0, WI_G2CAP] = 0  # G1 alone: the rule is the same inside every tier
+        wk_i[0, 0, WI_LINEAGE] = lineage
+        assert _acq(a, 0, 2, 0, 8) == 0
+        _rel(a, 0, 2, 0)  # group 0's chain, the oldest
+        assert _acq(a, 1, 2, 2, 8) == 0
+        _rel(a, 1, 2, 2, keep=2)  # group 1's chain and a released run of 2 unique blocks
+        _acq(a, 2, 0, 4, 8)  # 2 blocks short: LRU takes group 0's chain, lineage the released run
+        assert list(pc[0, 0, :2, 0]) == kept, lineage
+
+
 # ---- the engine ----------------------------------------------------------------------------
 
 WL = WorkloadSpec(
@@ -229,6 +244,8 @@ def test_the_kv_router_credits_lower_tier_hits():
         (dict(g4_blocks=10), "cluster.g4_blocks"),
         (dict(g2_blocks=10, flow="aggregated"), "cluster.g2_blocks"),
         (dict(g2_blocks=10, tier_decay_ms=0.5), "cluster.tier_decay_ms"),
+        (dict(tier_eviction="lfu"), "cluster.tier_eviction"),
+        (dict(tier_eviction="lineage", flow="decode_first"), "cluster.tier_eviction"),
     ],
 )
 def test_bad_tier_keys_name_the_key(cluster, path):
@@ -262,3 +279,13 @@ def test_blocks_are_conserved_over_random_configurations():
         pol = PolicySpec(kind=str(rng.choice(["kv", "round_robin", "hash"])), temperature=float(rng.choice([0.0, 0.5])))
         simulate(CellSpec(cluster=c, workload=w, policy=pol), replicas=4, requests=200, warmup=10, seed=k, stream=3,
                  check_blocks=True)  # fmt: skip
+
+
+def test_the_lineage_rule_keeps_more_prefixes_than_lru_when_unique_blocks_crowd_them():
+    lru = simulate(_cell(prefill_kv_blocks=240), **RUN)
+    lineage = simulate(_cell(prefill_kv_blocks=240, tier_eviction="lineage"), check_blocks=True, **RUN)
+    tiered = simulate(_cell(prefill_kv_blocks=80, g2_blocks=160, tier_eviction="lineage"), check_blocks=True, **RUN)
+    rate = {k: r.samples["cached_blocks"].sum() / r.samples["prompt_blocks"].sum() for k, r in
+            (("lru", lru), ("lineage", lineage), ("tiered", tiered))}  # fmt: skip
+    # nothing ever hits a released run of unique blocks: evicting them first leaves more chains
+    assert rate["lineage"] > 1.2 * rate["lru"] and rate["tiered"] > 1.2 * rate["lru"]
