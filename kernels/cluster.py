@@ -94,6 +94,7 @@ from .layout import (
     P_Q,
     P_RECLAST,
     P_RECORD,
+    P_TG,
     P_TRACE,
     P_WARM,
     POL_BATCH,
@@ -824,11 +825,12 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         bs = ip[P_B]
         pfx = np.int64(-1)
         if ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
-            row = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
+            row, cycle = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
             isl = np.int64(tabs[TB_ISL, row])
             osl = np.int64(tabs[TB_OSL, row])
             grp = np.int64(tabs[TB_GRP, row])
             if grp >= 0:
+                grp = (grp + cycle * ip[P_TG]) % ip[P_G]
                 pfx = np.int64(tabs[TB_PFX, row])
             else:
                 grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])

@@ -108,7 +108,8 @@ P_TN = 56  # trace: rows
 P_TS = 57  # trace: sessions (closed replay)
 P_TSAMPLE = 58  # trace, closed replay: 0 sessions in order from a random start, 1 drawn with replacement
 P_LINEAGE = 59  # 1: the prefill workers' caches evict by the lineage rule (WI_LINEAGE), 0: LRU
-NP_I = 60
+P_TG = 60  # trace: prefix groups of one pass over the trace; pass k's requests use groups + k P_TG (mod P_G)
+NP_I = 61
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -248,7 +249,8 @@ SI_NEXTB = 25  # the most output tokens its decode blocks hold (SI_PFX + SI_RESE
 SI_H2 = 26  # tiers: prompt blocks it found in G2 (copied to G1 before its prefill)
 SI_H3 = 27  # tiers: ... in G3
 SI_TROW = 28  # trace, closed replay (slot = client): the row of its request, -1 before a new session
-NSI = 29
+SI_TCYC = 29  # trace, closed replay: the pass over the trace its current session belongs to
+NSI = 30
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks

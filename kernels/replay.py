@@ -6,6 +6,10 @@ is, and when the open loop's next request arrives.
   trace ms, times F_TSCALE (j0: the first row at or after tau).
 - Closed replay: a client with no session left takes the next one, in order from a random first
   session (P_TSAMPLE = 0) or drawn uniformly with replacement (1); it sends the turns in order.
+- A replay that wraps around starts a new pass over the trace: pass k's requests use prefix groups
+  shifted by k P_TG (modulo P_G), so a session replayed again does not hit the cache its first pass
+  left (its content is another user's). With drawn sessions the pass is the draw's index over the
+  session count, so a session drawn twice within one pass keeps one set of groups.
 The draws use the replica key with b = RNG_F_TRACE * 8 (+1), so every policy of a point (same
 stream) replays the same stretch of the trace.
 """
@@ -25,6 +29,7 @@ from .layout import (
     RI_TSESS,
     RNG_F_TRACE,
     SF_TWAIT,
+    SI_TCYC,
     SI_TROW,
     TB_DELAY,
     TB_NEXT,
@@ -67,22 +72,26 @@ def build(jit, rng):
 
     @jit
     def take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid):
-        """The trace row of a new request (rid: the open loop's arrival index; s: the closed loop's
+        """(row, pass) of a new request (rid: the open loop's arrival index; s: the closed loop's
         client). A closed-loop client also learns its next turn and the delay before it."""
         if ip[P_TRACE] == TRACE_TIMES:
-            return (rep_i[r, RI_TJ0] + rid) % ip[P_TN]
+            j = rep_i[r, RI_TJ0] + rid
+            return j % ip[P_TN], j // ip[P_TN]
         row = np.int64(slot_i[r, s, SI_TROW])
         if row < 0:
             i = rep_i[r, RI_TSESS]
             rep_i[r, RI_TSESS] = i + 1
             if ip[P_TSAMPLE] == 0:
-                sess = (rep_i[r, RI_TJ0] + i) % ip[P_TS]
+                j = rep_i[r, RI_TJ0] + i
+                sess = j % ip[P_TS]
             else:
+                j = i
                 sess = below(key, i, np.int64(RNG_F_TRACE * 8 + 1), ip[P_TS])
             row = np.int64(tabs[TB_START, sess])
+            slot_i[r, s, SI_TCYC] = j // ip[P_TS]
         nxt = np.int64(tabs[TB_NEXT, row])
         slot_i[r, s, SI_TROW] = nxt
         slot_f[r, s, SF_TWAIT] = tabs[TB_DELAY, nxt] if nxt >= 0 else 0.0
-        return row
+        return row, np.int64(slot_i[r, s, SI_TCYC])
 
     return Namespace(start=start, arrival_ms=arrival_ms, take_row=take_row)

@@ -294,10 +294,10 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             # share each link, G3's pass through host memory (G2's link) on their way
             onb = max((copy2 + copy3) * fp[F_G2_MS], copy3 * fp[F_G3_MS])
             dur += onb
-            for i in range(n):
+            for i in range(n):  # every request the pass computes for waits for the copies
                 s = cl_q_at(queue, wk_i, r, w, np.int64(i), qcap)
-                if slot_f[r, s, SF_TPF] == t and np.int64(slot_i[r, s, SI_H2]) + np.int64(slot_i[r, s, SI_H3]) > 0:
-                    slot_f[r, s, SF_ONB] = onb
+                if np.int64(slot_i[r, s, SI_CHUNK]) > 0:
+                    slot_f[r, s, SF_ONB] += onb
         wk_f[r, w, WF_T0] = t
         wk_f[r, w, WF_BUSY] = t + dur
 

@@ -22,9 +22,11 @@ Frequency (Dynamo's KVBM rule, docs/tiers.md): a chain starts at 1 when a worker
 holding none of it, doubles on each hit in any tier and loses 1 per `P_DECAY` ms (never below 1);
 it is one number per chain and worker, not per block (cache.acquire keeps it).
 
-An exclusive G1 + G2 with no G3 is one LRU over the summed capacity (tests/test_kernels_tiers.py
-checks it request by request): G2 only ever holds what G1 evicted, oldest first, so its oldest
-block is the hierarchy's.
+An exclusive G1 + G2 with no G3 is one LRU over the summed capacity when each group has one prefix
+length (tests/test_kernels_tiers.py checks it request by request): G2 only ever holds what G1
+evicted, oldest first, so its oldest block is the hierarchy's. With variable prefixes they part:
+pinning a chain for a shorter prefix frees its tail with G1 alone but demotes it with tiers
+(cache.acquire).
 """
 
 import numpy as np
@@ -231,6 +233,19 @@ def build(jit, jit_inline=None):
         return h2, h3
 
     @jit_inline
+    def lower_beyond(pc, r, w, g, pfx, seen):
+        """(G2, G3) blocks of a `pfx`-block prefix past the first `seen` (the router's view of G1):
+        the part of each lower segment that lies beyond it."""
+        n1 = np.int64(pc[r, w, g, 0])
+        e2 = n1 + np.int64(pc[r, w, g, PC_N2])
+        e3 = e2 + np.int64(pc[r, w, g, PC_N3])
+        lo2 = n1 if n1 > seen else seen
+        hi2 = e2 if e2 < pfx else pfx
+        lo3 = e2 if e2 > seen else seen
+        hi3 = e3 if e3 < pfx else pfx
+        return (hi2 - lo2 if hi2 > lo2 else np.int64(0)), (hi3 - lo3 if hi3 > lo3 else np.int64(0))
+
+    @jit_inline
     def take(pc, wk_i, r, w, g, h2, h3):
         """Promotion: h2 and h3 blocks leave G2 and G3 (the caller grows the chain in G1)."""
         pc[r, w, g, PC_N2] -= h2
@@ -282,6 +297,7 @@ def build(jit, jit_inline=None):
         demote_chain=demote_chain,
         demote_run=demote_run,
         lower_hits=lower_hits,
+        lower_beyond=lower_beyond,
         take=take,
         conserved=conserved,
     )

@@ -298,7 +298,16 @@ def pack_params(
         ip[L.P_TN], ip[L.P_TS] = len(table), len(table.starts)
         ip[L.P_TSAMPLE] = 1 if tr.sample == "sessions" else 0
         if table.groups:
-            ip[L.P_G] = table.groups
+            # a replay that wraps starts a new pass with fresh groups (kernels/replay.py): enough
+            # passes for every request a replica can start (sessions: at most one per client plus
+            # one per shortest session's turns)
+            turns = np.diff(np.append(table.starts, len(table)))
+            bound = requests + warmup + slots
+            per_pass = len(table) if tr.replay == "timestamps" else len(table.starts)
+            if tr.replay == "closed":
+                bound = slots + -(-(requests + warmup) // int(turns.min()))
+            ip[L.P_TG] = table.groups
+            ip[L.P_G] = table.groups * (-(-bound // per_pass) + 1)
         if tr.replay == "timestamps":
             fp[L.F_TPERIOD] = table.period_ms
             fp[L.F_TSCALE] = table.rate_rps / w.rate_rps  # 1 / speedup: the grid's rate is the target
@@ -375,8 +384,8 @@ RING_MAX = 1024
 
 def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
     """Rows of the released-run ring per worker (kernels/cache.py). With fixed lengths every run
-    a request leaves is known, and the ring holds as many as the worker's blocks can (plus the
-    few a preemption leaves); otherwise RING_MAX. A full ring merges its two oldest runs, which a
+    a request leaves is known, and the ring holds as many as the worker's blocks (or its G2's) can
+    (plus the few a preemption leaves); otherwise RING_MAX. A full ring merges its two oldest runs, which a
     replica counts as `ring_merges`."""
     if ip[L.P_ISL_KIND] != L.DIST_FIXED or ip[L.P_OSL_KIND] != L.DIST_FIXED:
         return RING_MAX
@@ -384,7 +393,7 @@ def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
     isl, osl = int(ip[L.P_ISL_A]), int(ip[L.P_OSL_A])
     pfx = math.floor(fp[L.F_RATIO] * isl) // bs
     runs = [n for n in (isl // bs - pfx, (isl + osl - 1) // bs - pfx) if n > 0]
-    kv = max(int(ip[L.P_PKV]), int(ip[L.P_DKV]))
+    kv = max(int(ip[L.P_PKV]), int(ip[L.P_DKV]), int(ip[L.P_G2CAP]))  # G2's ring of runs has as many rows
     return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)
 
 

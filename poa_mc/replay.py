@@ -128,15 +128,25 @@ def chains(hash_ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray, float]:
     number: dict[int, int] = {}
     deepest: dict[int, int] = {}
     kept = 0
+    alone: list[int] = []
     for i, path in enumerate(paths):
         d = 0
         while d < len(path) and count[path[d]] >= 2:
             d += 1
         depth[i] = d
-        c = chain[path[d - 1]] if d else -1
+        if not d:
+            alone.append(i)
+            continue
+        c = chain[path[d - 1]]
         group[i] = number.setdefault(c, len(number))
-        kept += min(d, deepest.get(c, 0)) if d else 0
+        kept += min(d, deepest.get(c, 0))
         deepest[c] = max(d, deepest.get(c, 0))
+    # a list that shares nothing has no prefix (depth 0, so its group holds no chain for it); the
+    # groups are dealt round to such lists only so that a policy hashing groups to workers (hash)
+    # spreads them rather than sending them all to one owner
+    spread = max(len(number), 1)
+    for k, i in enumerate(alone):
+        group[i] = k % spread
     return group, depth, (kept / reusable if reusable else 1.0)
 
 
@@ -151,7 +161,7 @@ def build_table(trace: Trace, *, replay: str, block_size: int, trace_block_size:
         group[by_time], depth[by_time] = g, d
         shared_tokens = np.minimum(depth * trace_block_size, trace.isl)
         pfx = shared_tokens // block_size
-        groups = int(group.max()) + 1
+        groups = int(group.max()) + 1 if len(group) else 0
     else:
         group, pfx, kept, groups = np.full(n, -1), np.zeros(n, dtype=np.int64), 1.0, 0
     sessions = trace.session if trace.session is not None else [""] * n

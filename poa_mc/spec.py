@@ -541,8 +541,6 @@ class CellSpec:
             raise SpecError("policy.cache", "a pooled prefill cache has no lower tiers yet: use cluster.g2_blocks = 0")
         if c.has_tiers() and self.planner is not None:
             raise SpecError("planner", "lower tiers are not modelled with a moving split yet: use g2_blocks = 0")
-        if tuple(self.policy.tier_credit) != TIER_CREDIT and not c.has_tiers():
-            raise SpecError("policy.tier_credit", "credits lower-tier hits: the cluster has none (g2_blocks = 0)")
         if self.policy.cache == "global" and c.flow != "prefill_first":
             raise SpecError(
                 "policy.cache", "global pools the prefill workers' caches: it needs cluster.flow = prefill_first"

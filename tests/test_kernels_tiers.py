@@ -221,7 +221,8 @@ def test_three_tiers_conserve_blocks_and_time_their_copies():
     block3 = 64 * 163_840 / 7e6
     low = np.maximum(copied * block2, s["cached_g3"] * block3)
     assert (s["onboard_ms"][copied > 0] >= low[copied > 0] - 1e-9).all()
-    assert (s["onboard_ms"][copied == 0] == 0).all()
+    # a request without lower-tier hits of its own waits when it shares a pass with copies
+    assert (s["onboard_ms"][copied == 0] > 0).any() and (s["onboard_ms"] >= 0).all()
 
 
 def test_the_kv_router_credits_lower_tier_hits():
@@ -254,10 +255,23 @@ def test_bad_tier_keys_name_the_key(cluster, path):
     assert err.value.path == path
 
 
-def test_tier_credit_without_tiers_is_an_error():
-    with pytest.raises(SpecError) as err:
-        replace(_cell(), policy=PolicySpec(tier_credit=(1.0, 0.5, 0.25, 0.1))).validate()
-    assert err.value.path == "policy.tier_credit"
+def test_tier_credit_without_tiers_changes_nothing():
+    # so that one grid can set a policy's credits and still compare against G1 alone
+    spec = _cell(prefill_kv_blocks=80)
+    a = simulate(spec, **RUN)
+    b = simulate(replace(spec, policy=PolicySpec(tier_credit=(1.0, 0.5, 0.25, 0.1))), **RUN)
+    for k in a.samples:
+        assert np.array_equal(a.samples[k], b.samples[k]), k
+
+
+def test_the_router_credits_lower_tiers_only_past_the_g1_blocks_it_believes_in():
+    pc, wk_i, _, _ = _arrays()
+    pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3] = 4, 6, 3  # G1 4, then G2 6, then G3 3
+    lb = K.tiers.lower_beyond
+    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(4)) == (6, 2)  # told of G1 as it is
+    # not yet told that 6 blocks left G1 (it still believes in 10): those are not counted twice
+    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(10)) == (0, 2)
+    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(2)) == (6, 2)  # not yet told of G1's growth
 
 
 def test_blocks_are_conserved_over_random_configurations():

@@ -91,9 +91,9 @@ def agentic(rng: np.random.Generator, sessions: int = 80) -> str:
         ids = system[agent] + list(range(next_id, next_id + -(-isl // BLOCK) - 6))
         next_id += len(ids)
         t = float(starts[k])
+        delay = 0.0
         for turn in range(turns):
             osl = int(np.clip(round(rng.lognormal(np.log(150), 0.6)), 20, 600))
-            delay = 0.0 if turn == 0 else float(np.clip(round(rng.lognormal(np.log(800), 0.8)), 50, 10_000))
             row = {"timestamp": int(round(t)), "input_length": isl, "output_length": osl, "hash_ids": ids,
                    "session_id": f"agent{agent}-s{k:03d}"}  # fmt: skip
             if turn:
@@ -106,7 +106,9 @@ def agentic(rng: np.random.Generator, sessions: int = 80) -> str:
             keep = ids[: isl // BLOCK]
             ids = keep + list(range(next_id, next_id + -(-grown // BLOCK) - len(keep)))
             next_id += -(-grown // BLOCK) - len(keep)
-            t += 400.0 + 25.0 * osl + (float(np.clip(round(rng.lognormal(np.log(800), 0.8)), 50, 10_000)))
+            # the tool runs `delay` ms after this turn's answer (about 400 ms + 25 ms a token here)
+            delay = float(np.clip(round(rng.lognormal(np.log(800), 0.8)), 50, 10_000))
+            t += 400.0 + 25.0 * osl + delay
             isl = grown
     rows.sort()
     return "\n".join(r[3] for r in rows) + "\n"
