@@ -119,6 +119,7 @@ from .layout import (
     RI_NDA,
     RI_NPA,
     RI_PREEMPT,
+    RI_PWAKE,
     RI_SEQ,
     RI_STATUS,
     RNG_F_GRP,
@@ -621,6 +622,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
                     pc, wk_i, rep_i, r, pw, np.int64(slot_i[r, s, SI_GRP]), pfx, (isl + bs - 1) // bs - pfx,
                     isl // bs - pfx, np.int64(-1), ip[P_G],
                 )  # fmt: skip
+                rep_i[r, RI_PWAKE] = 1  # a prefill worker waiting for blocks may start now
                 slot_i[r, s, SI_RESV] = RESV_ADMIT
             elif pending or blocked:
                 i += 1

@@ -345,7 +345,8 @@ RI_PL_NT2 = 26  # planner: ... emitted after its end (observed ahead, when a dec
 RI_PL_NG = 27  # planner: inter-token gaps of the requests completed in the interval
 RI_TJ0 = 28  # trace: the replica's first row (timestamps) or first session (closed, in order)
 RI_TSESS = 29  # trace, closed replay: sessions started so far
-NRI = 30
+RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (replica.py)
+NRI = 31
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

@@ -77,6 +77,7 @@ from .layout import (
     RI_NDA,
     RI_NOPEN,
     RI_NPA,
+    RI_PWAKE,
     RI_SEQ,
     RI_STATUS,
     RNG_F_GAP,
@@ -642,14 +643,25 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                         )
             if rep_i[r, RI_STATUS] != 0:
                 break
-            for w in range(n_p):
-                if wk_f[r, w, WF_BUSY] == INF:
-                    plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)
-            for d in range(n_p, n_w):
-                if wk_f[r, d, WF_BUSY] == INF and (
-                    np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
-                ):
-                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t)
+            # idle prefill workers, then idle decode workers, then (if a decode worker let go of a
+            # prefill worker's KV copy meanwhile) the prefill workers again, at the same instant: a
+            # prefill worker short of blocks starts as soon as they are freed, not at the next event
+            rep_i[r, RI_PWAKE] = 0
+            for phase in range(3):
+                if phase == 1:
+                    for d in range(n_p, n_w):
+                        if wk_f[r, d, WF_BUSY] == INF and (
+                            np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
+                        ):
+                            cl_plan_decode(
+                                ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t
+                            )  # fmt: skip
+                    continue
+                if phase == 2 and rep_i[r, RI_PWAKE] == 0:
+                    break
+                for w in range(n_p):
+                    if wk_f[r, w, WF_BUSY] == INF:
+                        plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)
             if ip[P_CHECK] == 1:
                 for w in range(n_w):
                     cap = ip[P_PKV] if w < n_p else ip[P_DKV]

@@ -609,6 +609,14 @@ def _parse_profile(doc: dict, cluster: ClusterSpec | None = None, base_dir: Path
     return profile
 
 
+def _arrival_key(doc: dict, arrival: str) -> str:
+    """The setting that chose the load axis, as the user wrote it (a replay's, or the arrival's)."""
+    workload = doc.get("workload", {})
+    if isinstance(workload, dict) and workload.get("kind") == "trace":
+        return f"workload.replay = {workload.get('replay', 'closed')!r}"
+    return f"workload.arrival = {arrival!r}"
+
+
 def _parse_grid_axes(
     doc: dict,
     arrival: str,
@@ -678,9 +686,9 @@ def _parse_grid_axes(
     axis = "concurrency" if arrival == "closed" else "rate"
     other = "rate" if axis == "concurrency" else "concurrency"
     if other in table:
-        raise ConfigError(f"grid.{other}", f"workload.arrival = {arrival!r} sweeps grid.{axis}, not grid.{other}")
+        raise ConfigError(f"grid.{other}", f"{_arrival_key(doc, arrival)} sweeps grid.{axis}, not grid.{other}")
     if axis not in table:
-        raise ConfigError(f"grid.{axis}", f"required for workload.arrival = {arrival!r}")
+        raise ConfigError(f"grid.{axis}", f"required for {_arrival_key(doc, arrival)}")
     loads: list[float] = []
     for i, value in enumerate(read_list(axis)):
         path = f"grid.{axis}[{i}]"
@@ -1077,4 +1085,15 @@ def grid_warnings(grid: GridConfig) -> list[str]:
                 f"their first requests together at t = 0, and that start-up burst will be measured; "
                 f"use warmup >= {2 * c}"
             )
+        tr = grid.workload.trace
+        if tr is not None and tr.replay == "closed" and tr.sessions:
+            # every client starts a session at t = 0: the cluster only settles once the first
+            # sessions have run through their turns
+            want = c * math.ceil(tr.rows / tr.sessions)
+            if grid.run.warmup < want and grid.run.warmup >= 2 * c:
+                out.append(
+                    f"run.warmup = {grid.run.warmup}: the {c} clients of this closed replay all start a session at "
+                    f"t = 0 and its sessions average {tr.rows / tr.sessions:.1f} turns; the start-up transient lasts "
+                    f"about one session per client: use warmup >= {want}"
+                )
     return out

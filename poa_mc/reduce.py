@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,8 @@ def cell_stats(
         tiers = {"g1": cached - lower["g2"] - lower["g3"], **lower}
         for k, hits in tiers.items():
             _put(row, f"hit_rate_{k}", ratio_interval(hits.sum(axis=1), prompt.sum(axis=1)))
-        _put(row, "onboard_ms_mean", t_interval(_matrix(df, "onboard_ms", r, n).mean(axis=1)))
+        onb = t_interval(_matrix(df, "onboard_ms", r, n).mean(axis=1))
+        _put(row, "onboard_ms_mean", replace(onb, lo=max(onb.lo, 0.0)))  # a time: never below 0
     _slo_stats(row, slo or {}, ttft, itl, gaps, n, window_s)
     _worker_stats(row, df, spec, r, n)
     if {"replica_preemptions", "replica_simulated"} <= set(df.columns):

@@ -169,7 +169,13 @@ def build_table(trace: Trace, *, replay: str, block_size: int, trace_block_size:
     if replay == "timestamps":
         order = np.argsort(trace.arrival_ms, kind="stable")
         t = trace.arrival_ms[order] - trace.arrival_ms[order[0]]
-        gap = float(t[-1] / (n - 1)) if n > 1 and t[-1] > 0 else 1000.0
+        if t[-1] <= 0:
+            raise SpecError(
+                trace.source,
+                f"{trace.source}: every timestamp is the same ({len(t)} rows): a timestamps replay needs them to span "
+                f"some time (use replay = 'closed')",
+            )
+        gap = float(t[-1] / (n - 1))
         nxt = np.full(n, -1)
         starts = np.arange(n)
         period = float(t[-1]) + gap  # the wrap leaves one mean gap between the last row and the first

@@ -356,3 +356,23 @@ def test_a_restarted_worker_starts_empty_even_with_delayed_cache_events():
         late = decided[r] >= log[r, 3, 0]  # after the last move: one decode worker
         assert np.isnan(tokens[r][late][:, n_p + 1 :]).all()
         assert np.isfinite(tokens[r][late][:, n_p]).all()
+
+
+def test_a_prefill_worker_short_of_blocks_starts_when_its_kv_copy_is_released():
+    # prefill_first: a prefill worker keeps a prompt's KV until the decode worker has it. With an
+    # instant transfer that happens while decode workers plan their passes; a prefill worker
+    # waiting for those blocks must start in the same instant, not at the next event (which can be
+    # a whole decode segment later: docs/engine.md, "Order within one instant")
+    def ttft(latency_ms: float) -> float:
+        spec = cell(concurrency=32)
+        spec = replace(
+            spec,
+            cluster=replace(
+                spec.cluster, n_prefill=1, n_decode=2, prefill_kv_blocks=80, transfer_latency_ms=latency_ms
+            ),
+            workload=replace(spec.workload, isl=Dist("fixed", 1024), osl=Dist("fixed", 512), concurrency=32),
+        )
+        return float(simulate(spec, replicas=4, requests=300, warmup=64, seed=1, stream=1).samples["ttft_ms"].mean())
+
+    instant, tiny = ttft(0.0), ttft(0.001)
+    assert instant < 200.0 and instant < 1.2 * tiny

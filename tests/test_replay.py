@@ -210,3 +210,17 @@ def test_tier_credit_is_a_policy_key():
     kv = _cells(text)[0]
     assert kv.policy.tier_credit == (1.0, 0.5, 0.2, 0.1)
     assert kv.policy == replace(PolicySpec(name="kv"), tier_credit=(1.0, 0.5, 0.2, 0.1))
+
+
+def test_a_closed_replay_with_a_short_warm_up_is_warned_about():
+    from poa_mc.config import grid_warnings
+
+    short = loads_grid(GRID.replace("warmup = 20", "warmup = 12"))  # 2 C = 12: the plain warning is quiet
+    assert any("one session per client" in w and "warmup >= 54" in w for w in grid_warnings(short))
+    assert not any("session" in w for w in grid_warnings(loads_grid(GRID.replace("warmup = 20", "warmup = 60"))))
+
+
+def test_a_timestamps_replay_of_one_instant_is_an_error(tmp_path):
+    rows = [{"timestamp": 5, "input_length": 512, "output_length": 4, "hash_ids": [i]} for i in range(3)]
+    with pytest.raises(SpecError, match="every timestamp is the same"):
+        build_table(_trace(tmp_path, rows), replay="timestamps", block_size=64, trace_block_size=512)
