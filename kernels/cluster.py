@@ -622,7 +622,11 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
                     pc, wk_i, rep_i, r, pw, np.int64(slot_i[r, s, SI_GRP]), pfx, (isl + bs - 1) // bs - pfx,
                     isl // bs - pfx, np.int64(-1), ip[P_G],
                 )  # fmt: skip
-                rep_i[r, RI_PWAKE] = 1  # a prefill worker waiting for blocks may start now
+                if ip[P_PSHARE] == 1 or (
+                    wk_f[r, pw, WF_BUSY] == INF
+                    and (np.int64(wk_i[r, pw, WI_QN]) > 0 or np.int64(wk_i[r, ip[P_NP] + ip[P_ND], WI_QN]) > 0)
+                ):
+                    rep_i[r, RI_PWAKE] = 1  # it may have been waiting for these blocks
                 slot_i[r, s, SI_RESV] = RESV_ADMIT
             elif pending or blocked:
                 i += 1

@@ -560,6 +560,10 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                     t = wk_f[r, w, WF_WAKE]
             if rep_f[r, RF_BATCH_DUE] < t:
                 t = rep_f[r, RF_BATCH_DUE]
+            if rep_i[r, RI_PWAKE] == 1:
+                # a decode worker freed the KV copy of an idle prefill worker with requests waiting
+                # (cluster.admit_queue): the next event is now, so that it starts at this instant
+                t = rep_f[r, RF_T]
             if closed:
                 if rep_i[r, RI_HEAPN] > 0 and heap_t[r, 0] < t:
                     t = heap_t[r, 0]
@@ -643,25 +647,16 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                         )
             if rep_i[r, RI_STATUS] != 0:
                 break
-            # idle prefill workers, then idle decode workers, then (if a decode worker let go of a
-            # prefill worker's KV copy meanwhile) the prefill workers again, at the same instant: a
-            # prefill worker short of blocks starts as soon as they are freed, not at the next event
+            for w in range(n_p):
+                if wk_f[r, w, WF_BUSY] == INF:
+                    plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)
             rep_i[r, RI_PWAKE] = 0
-            for phase in range(3):
-                if phase == 1:
-                    for d in range(n_p, n_w):
-                        if wk_f[r, d, WF_BUSY] == INF and (
-                            np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
-                        ):
-                            cl_plan_decode(
-                                ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t
-                            )  # fmt: skip
-                    continue
-                if phase == 2 and rep_i[r, RI_PWAKE] == 0:
-                    break
-                for w in range(n_p):
-                    if wk_f[r, w, WF_BUSY] == INF:
-                        plan_prefill(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, rep_i, out_i, r, w, t)
+            for d in range(n_p, n_w):
+                if wk_f[r, d, WF_BUSY] == INF and (
+                    np.int64(wk_i[r, d, WI_QN]) > 0 or np.int64(wk_i[r, d, WI_NRUN]) > 0
+                ):
+                    cl_plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t)
+
             if ip[P_CHECK] == 1:
                 for w in range(n_w):
                     cap = ip[P_PKV] if w < n_p else ip[P_DKV]
