@@ -247,8 +247,9 @@ def run(
 ) -> None:
     """Simulate every cell of a grid, then reduce and plot.
 
-    Results go to the run directory: manifest.json, cells.parquet, samples/ (one Parquet file per
-    cell, written atomically as each finishes), summary.parquet, poa.parquet and plots/. A run
+    Results go to the run directory: manifest.json, cells.parquet, acc/ and samples/ (one Parquet
+    file per cell each, written atomically as it finishes; [run] samples says how many requests the
+    samples keep), summary.parquet, poa.parquet and plots/. A run
     killed partway keeps its finished cells; run it again with --resume to do the rest.
     """
     from poa_mc.grid import parse_shard
@@ -407,7 +408,10 @@ def reduce(
     social_cost: str | None,
     plot: bool,
 ) -> None:
-    """Rebuild summary.parquet and poa.parquet of DIR from its samples alone."""
+    """Rebuild summary.parquet and poa.parquet of DIR from its per-replica accumulators (acc/).
+
+    Other [poa] settings than the run's (--window, ...) recompute PoA-hat from the samples, which
+    the run must then have kept in full ([run] samples = "all")."""
     from poa_mc.reduce import reduce_run
 
     if not (run_dir / "manifest.json").exists():

@@ -54,7 +54,9 @@ print(p99.pivot(on="policy", index=["topology", "concurrency"], values="vs_best"
 
 # %% [markdown]
 # ## 3. Back to the samples: the per-replica spread and the router's cache affinity
-# Every request of every replica is in `run.samples` (lazy: only the columns used are read).
+# Every request of every replica is in `run.samples` (lazy: only the columns used are read) when
+# the run keeps them all (`[run] samples = "all"`, the default); `run.acc` has one row of
+# accumulators per replica whatever it keeps.
 # Here: per-replica mean TTFT of the selfish policy (the spread the intervals come from), and how
 # often the router sent a request to a worker that already held its prefix.
 

@@ -67,6 +67,13 @@ class RunSection:
     warmup: int = 100
     backend: str = "auto"
     out: str = ""
+    samples: str | int = "all"  # per-request samples written: "all", "none", or the first N per replica
+
+    def keep(self) -> int | None:
+        """Measured requests of each replica the samples keep (None: all)."""
+        if self.samples == "all":
+            return None
+        return 0 if self.samples == "none" else min(int(self.samples), self.requests)
 
 
 @dataclass(frozen=True)
@@ -298,8 +305,14 @@ def _positive(value: float, path: str, *, allow_zero: bool = False) -> None:
 # sections
 
 
+_RUN_FIELDS = ("name", "seed", "replicas", "requests", "warmup", "backend", "out")
+
+
 def _parse_run(doc: dict) -> RunSection:
     table = _table(doc, "run", "run")
+    _check_keys(table, (*_RUN_FIELDS, "samples"), "run")
+    samples = _parse_samples(table.get("samples", "all"))
+    table = {k: v for k, v in table.items() if k != "samples"}
     f = _read_fields(
         table,
         {
@@ -333,7 +346,20 @@ def _parse_run(doc: dict) -> RunSection:
         raise ConfigError("run.out", "must not be empty (leave it out for runs/<name>)")
     if not f["out"]:
         f["out"] = f"runs/{f['name']}"
-    return RunSection(**f)
+    return RunSection(**f, samples=samples)
+
+
+def _parse_samples(value: Any) -> str | int:
+    """[run] samples: "all", "none", or N >= 1 (the first N measured requests of each replica)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ConfigError("run.samples", f'must be "all", "none" or a number of requests, got {value!r}')
+    if isinstance(value, str):
+        if value in ("all", "none"):
+            return value
+        raise ConfigError("run.samples", f'must be "all", "none" or a number of requests, got {value!r}')
+    if value < 0:
+        raise ConfigError("run.samples", f"must be >= 0 requests per replica, got {value}")
+    return "none" if value == 0 else value
 
 
 _DIST_FIELDS: dict[str, dict[str, tuple[type, Any]]] = {

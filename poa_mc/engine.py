@@ -64,6 +64,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,9 @@ _ADDED = {
 
 _log = logging.getLogger(__name__)
 
+STREAM_BATCH_BYTES = 192 << 20  # a batch's share of memory when requests are not all kept
+BatchReducer = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]], dict[str, np.ndarray]]
+
 
 class EngineError(RuntimeError):
     """A simulation that ran but could not finish (e.g. an open loop whose queue grew without bound).
@@ -129,6 +133,7 @@ class SimResult:
     batches: int = 1
     state_bytes_per_replica: int = 0
     extra: dict = field(default_factory=dict)
+    acc: dict = field(default_factory=dict)  # what `reduce` returned for each replica
 
     @property
     def simulated_requests(self) -> int:
@@ -513,8 +518,19 @@ def simulate(
     max_batch_bytes: int | None = None,
     parallel: bool = True,
     check_blocks: bool = False,
+    keep: int | None = None,
+    reduce: BatchReducer | None = None,
 ) -> SimResult:
-    """Simulate `replicas` independent replicas of one cell; see the module docstring."""
+    """Simulate `replicas` independent replicas of one cell; see the module docstring.
+
+    `reduce(cols, replica, logs)`, when given, is called on each batch of replicas as it leaves
+    the kernels (cols: that batch's samples and candidates, (nr, requests[, W]) each; replica and
+    logs as in SimResult) and returns a dict of (nr, ...) arrays; SimResult.acc holds them for all
+    replicas, in replica order. `keep` (None: all) is how many measured requests of each replica
+    SimResult.samples and .candidates keep (the first ones). With `reduce`, or fewer than all kept,
+    the replicas run in batches of about STREAM_BATCH_BYTES: with nothing kept, memory stays flat
+    in the number of replicas.
+    """
     if replicas < 1:
         raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
     if requests < 1:
@@ -548,49 +564,39 @@ def simulate(
             f"one replica needs {per_rep / 2**20:.1f} MiB of state, more than the "
             f"{budget / 2**20:.1f} MiB available; reduce requests or cluster.max_inflight"
         )
-    batch = max(1, min(replicas, budget // per_rep))
+    kept = requests if keep is None else max(0, min(int(keep), requests))
+    streaming = reduce is not None or kept < requests
+    if streaming:  # one batch's per-request arrays at a time, reduced as it leaves the kernels
+        # the kernels' arrays of a batch, and as much again for what its reduction computes
+        per_rep_streamed = per_rep + 2 * requests * result_bytes_per_request(n_workers, record_candidates)
+        batch = max(1, min(replicas, budget // per_rep, STREAM_BATCH_BYTES // per_rep_streamed))
+    else:
+        batch = max(1, min(replicas, budget // per_rep))
     n_batches = -(-replicas // batch)
-    if n_batches > 1:
+    if n_batches > 1 and not streaming:
         _log.warning(
             "%d replicas x %.1f MiB exceed the %.0f MiB memory budget: running them in %d batches of %d "
             "(results are the same as in one batch)",
             replicas, per_rep / 2**20, budget / 2**20, n_batches, batch,
         )  # fmt: skip
-    samples = {name: np.empty((replicas, requests), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
+    samples = {name: np.empty((replicas, kept), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
     samples.update(
-        {
-            name: np.empty((replicas, requests), dtype=np.int64 if name == "seq" else np.int32)
-            for name in SAMPLE_INT_FIELDS
-        }
+        {name: np.empty((replicas, kept), dtype=np.int64 if name == "seq" else np.int32) for name in SAMPLE_INT_FIELDS}
     )
     cands = {}
     if record_candidates:
         cands = {
-            "cand_tokens": np.empty((replicas, requests, n_workers)),
-            "cand_blocks": np.empty((replicas, requests, n_workers)),
-            "chosen": np.empty((replicas, requests), dtype=np.int32),
-            **{name: np.empty((replicas, requests), dtype=np.int32) for name in _ADDED},
-            "decode_decided_ms": np.empty((replicas, requests)),
+            "cand_tokens": np.empty((replicas, kept, n_workers)),
+            "cand_blocks": np.empty((replicas, kept, n_workers)),
+            "chosen": np.empty((replicas, kept), dtype=np.int32),
+            **{name: np.empty((replicas, kept), dtype=np.int32) for name in _ADDED},
+            "decode_decided_ms": np.empty((replicas, kept)),
         }
-    rep = {
-        "window_ms": np.empty(replicas),
-        "simulated": np.empty(replicas, dtype=np.int64),
-        "events": np.empty(replicas, dtype=np.int64),
-        "status": np.empty(replicas, dtype=np.int64),
-        "preemptions": np.empty(replicas, dtype=np.int64),
-        "ring_merges": np.empty(replicas, dtype=np.int64),
-        "written": np.empty(replicas, dtype=np.int64),
-        "sim_ms": np.empty(replicas),
-        "switches": np.empty(replicas, dtype=np.int64),
-        "planner_moves": np.empty(replicas, dtype=np.int64),
-        **{f"regime_ms_{name}": np.empty(replicas) for name in REGIMES},
-        **{name: np.empty(replicas) for name in _INTEGRALS},
-        "measured_ms": np.empty(replicas),
-    }
+    rep: dict[str, np.ndarray] = {}
     n_log = int(ip[L.P_CTL_LOG])
-    switch_log = np.full((replicas, n_log, 3), np.nan)
     n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
-    move_log = np.full((replicas, n_moves, 3), np.nan)
+    logs: dict[str, np.ndarray] = {}
+    parts = []
     compile_s = 0.0
     wall = 0.0
     for b in range(n_batches):
@@ -602,54 +608,18 @@ def simulate(
         out, csec = target.run_batch(ipb, fp, tabs, shapes, nr, parallel=parallel)
         wall += time.perf_counter() - t0 - csec
         compile_s += csec
-        of, oi = out["out_f"], out["out_i"]
-        for name, j in zip(SAMPLE_FLOAT_FIELDS, _OF):
-            samples[name][r0 : r0 + nr] = of[:, :, j]
-        for name, j in zip(SAMPLE_INT_FIELDS, _OI):
-            samples[name][r0 : r0 + nr] = oi[:, :, j]
-        if record_candidates:
-            cands["cand_tokens"][r0 : r0 + nr] = out["cand"][:, :, :, 0]
-            cands["cand_blocks"][r0 : r0 + nr] = out["cand"][:, :, :, 1]
-            if spec.cluster.flow != "prefill_first":  # no prefill decision: its columns are unused
-                cands["cand_tokens"][r0 : r0 + nr, :, : int(ip[L.P_NP])] = np.nan
-                cands["cand_blocks"][r0 : r0 + nr, :, : int(ip[L.P_NP])] = np.nan
-            cands["chosen"][r0 : r0 + nr] = oi[:, :, L.OI_CHOSEN]
-            for name, j in _ADDED.items():
-                cands[name][r0 : r0 + nr] = oi[:, :, j]
-            cands["decode_decided_ms"][r0 : r0 + nr] = of[:, :, L.OF_DDEC]
-        ri, rf = out["rep_i"], out["rep_f"]
-        rep["window_ms"][r0 : r0 + nr] = rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR]
-        rep["simulated"][r0 : r0 + nr] = ri[:, L.RI_SEQ]
-        rep["events"][r0 : r0 + nr] = ri[:, L.RI_EVENTS]
-        rep["status"][r0 : r0 + nr] = ri[:, L.RI_STATUS]
-        rep["preemptions"][r0 : r0 + nr] = ri[:, L.RI_PREEMPT]
-        rep["ring_merges"][r0 : r0 + nr] = ri[:, L.RI_MERGES]
-        rep["written"][r0 : r0 + nr] = oi[:, :, L.OI_DONE].sum(axis=1)
-        rep["sim_ms"][r0 : r0 + nr] = rf[:, L.RF_T]
-        for name, j in _INTEGRALS.items():
-            rep[name][r0 : r0 + nr] = rf[:, j]
-        rep["measured_ms"][r0 : r0 + nr] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
-        rep["switches"][r0 : r0 + nr] = ri[:, L.RI_SWITCHES]
-        rep["planner_moves"][r0 : r0 + nr] = ri[:, L.RI_PL_MOVES]
-        if n_moves:
-            at = L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * n_log
-            logged = rf[:, at : at + 3 * n_moves].reshape(nr, n_moves, 3)
-            keep = np.arange(n_moves)[None, :] < ri[:, L.RI_PL_MOVES][:, None]
-            move_log[r0 : r0 + nr] = np.where(keep[:, :, None], logged, np.nan)
-        # time in each regime: the closed ones, plus the current one up to the end
-        regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()
-        if ip[L.P_CTL]:
-            now = ri[:, L.RI_REGIME]
-            regt[np.arange(nr), now] += rf[:, L.RF_T] - rf[:, L.RF_LASTSW]
-        else:
-            regt[:, 0] = rf[:, L.RF_T]  # a fixed policy stays in its one setting
-        for i, name in enumerate(REGIMES):
-            rep[f"regime_ms_{name}"][r0 : r0 + nr] = regt[:, i]
-        if n_log:
-            at = L.NRF + 2 * int(ip[L.P_CTL_WIN])
-            logged = rf[:, at : at + 3 * n_log].reshape(nr, n_log, 3)
-            keep = np.arange(n_log)[None, :] < ri[:, L.RI_SWITCHES][:, None]
-            switch_log[r0 : r0 + nr] = np.where(keep[:, :, None], logged, np.nan)
+        cols = _batch_columns(out, ip, spec, record_candidates)
+        rep_b = _batch_replica(out, ip)
+        logs_b = _batch_logs(out, ip, n_log, n_moves)
+        for name, arr in cols.items():
+            (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
+        for name, arr in rep_b.items():
+            rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
+        for name, arr in logs_b.items():
+            logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
+        if reduce is not None:
+            parts.append(reduce(cols, rep_b, logs_b))
+        del out, cols
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
         code = int(rep["status"][bad[0]])
@@ -680,8 +650,72 @@ def simulate(
         device=target.device_name(),
         batches=n_batches,
         state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES),
-        extra={**({"switch_log": switch_log} if n_log else {}), **({"move_log": move_log} if n_moves else {})},
+        extra=logs,
+        acc={k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {},
     )
+
+
+def _batch_columns(out: dict[str, np.ndarray], ip: np.ndarray, spec: CellSpec, record: bool) -> dict[str, np.ndarray]:
+    """A batch's per-request outputs by name (views of the kernels' arrays): the samples, then,
+    when recorded, the router's candidates (see the module docstring)."""
+    of, oi = out["out_f"], out["out_i"]
+    cols = {name: of[:, :, j] for name, j in zip(SAMPLE_FLOAT_FIELDS, _OF)}
+    cols.update({name: oi[:, :, j] for name, j in zip(SAMPLE_INT_FIELDS, _OI)})
+    cols["seq"] = cols["seq"].astype(np.int64)
+    if record:
+        tok, blk = out["cand"][:, :, :, 0], out["cand"][:, :, :, 1]
+        if spec.cluster.flow != "prefill_first":  # no prefill decision: its columns are unused
+            tok, blk = tok.copy(), blk.copy()
+            tok[:, :, : int(ip[L.P_NP])] = np.nan
+            blk[:, :, : int(ip[L.P_NP])] = np.nan
+        cols.update(cand_tokens=tok, cand_blocks=blk, chosen=oi[:, :, L.OI_CHOSEN])
+        cols.update({name: oi[:, :, j] for name, j in _ADDED.items()})
+        cols["decode_decided_ms"] = of[:, :, L.OF_DDEC]
+    return cols
+
+
+def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:
+    """SimResult.replica's arrays of one batch (see the module docstring)."""
+    ri, rf, oi = out["rep_i"], out["rep_f"], out["out_i"]
+    nr = ri.shape[0]
+    rep = {
+        "window_ms": rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR],
+        "simulated": ri[:, L.RI_SEQ].copy(),
+        "events": ri[:, L.RI_EVENTS].copy(),
+        "status": ri[:, L.RI_STATUS].copy(),
+        "preemptions": ri[:, L.RI_PREEMPT].copy(),
+        "ring_merges": ri[:, L.RI_MERGES].copy(),
+        "written": oi[:, :, L.OI_DONE].sum(axis=1).astype(np.int64),
+        "sim_ms": rf[:, L.RF_T].copy(),
+        "switches": ri[:, L.RI_SWITCHES].copy(),
+        "planner_moves": ri[:, L.RI_PL_MOVES].copy(),
+    }
+    # time in each regime: the closed ones, plus the current one up to the end
+    regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()
+    if ip[L.P_CTL]:
+        regt[np.arange(nr), ri[:, L.RI_REGIME]] += rf[:, L.RF_T] - rf[:, L.RF_LASTSW]
+    else:
+        regt[:, 0] = rf[:, L.RF_T]  # a fixed policy stays in its one setting
+    rep.update({f"regime_ms_{name}": regt[:, i] for i, name in enumerate(REGIMES)})
+    rep.update({name: rf[:, j].copy() for name, j in _INTEGRALS.items()})
+    rep["measured_ms"] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
+    return rep
+
+
+def _batch_logs(out: dict[str, np.ndarray], ip: np.ndarray, n_log: int, n_moves: int) -> dict[str, np.ndarray]:
+    """The controller's switch log and the planner's move log of one batch, NaN past the last."""
+    ri, rf = out["rep_i"], out["rep_f"]
+    nr = ri.shape[0]
+    logs = {}
+    for key, count, at, n in (
+        ("switch_log", L.RI_SWITCHES, L.NRF + 2 * int(ip[L.P_CTL_WIN]), n_log),
+        ("move_log", L.RI_PL_MOVES, L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * n_log, n_moves),
+    ):
+        if n:
+            logged = rf[:, at : at + 3 * n].reshape(nr, n, 3)
+            kept = np.arange(n)[None, :] < ri[:, count][:, None]
+            logs[key] = np.where(kept[:, :, None], logged, np.nan)
+    return logs
 
 
 def default_threads() -> int:

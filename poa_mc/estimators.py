@@ -84,7 +84,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from scipy import stats
 
 from poa_mc.spec import ProfileSpec
 
@@ -103,6 +102,8 @@ _NAN_ESTIMATE = Estimate(math.nan, math.nan, math.nan)
 
 
 def _t_quantile(n: int, level: float) -> float:
+    from scipy import stats  # here, not at import: scipy.stats alone takes a second to import
+
     return float(stats.t.ppf(0.5 + level / 2, n - 1))
 
 
@@ -235,6 +236,8 @@ def ratio_to_best(
     n = s.size
     if n < 2 or not (np.isfinite(mat).all() and np.isfinite(s).all()) or mean_s <= 0 or not (means > 0).all():
         return rho, math.nan, math.nan, names[b]
+    from scipy import stats
+
     t = float(stats.t.ppf(1.0 - (1.0 - level) / len(names) / 2.0, n - 1))
     log_ratio = math.log(mean_s) - np.log(means)
     se = (s / mean_s - mat / means[:, None]).std(axis=1, ddof=1) / math.sqrt(n)
@@ -510,13 +513,14 @@ def _assign_min(a: np.ndarray) -> float:
     return total
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, parallel=True)
 def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
-    """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times."""
+    """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times. Windows
+    are independent: solved in parallel (the same numbers on any thread count)."""
     nwin, n, k = costs.shape
     out = np.empty(nwin)
-    a = np.empty((n, k * slots))
-    for w in range(nwin):
+    for w in numba.prange(nwin):
+        a = np.empty((n, k * slots))
         for i in range(n):
             for j in range(k):
                 c = costs[w, i, j]
@@ -526,11 +530,11 @@ def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, parallel=True)
 def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:
-    """OPT of each window from full price matrices: prices (W, n, columns) -> (W,)."""
+    """OPT of each window from full price matrices: prices (W, n, columns) -> (W,), in parallel."""
     out = np.empty(prices.shape[0])
-    for w in range(prices.shape[0]):
+    for w in numba.prange(prices.shape[0]):
         out[w] = _assign_min(prices[w])
     return out
 
@@ -573,6 +577,29 @@ def window_opt(costs: np.ndarray, slots: int, *, windows_per_replica: int = 0) -
 Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
+@numba.njit(cache=True, parallel=True)
+def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
+    """slot_priced_opt for Dynamo's router cost (router_cost, same arithmetic), priced and solved
+    window by window in compiled code: the same matrices as the generic path, built in place.
+    Returns NaN for a window with a non-finite price (the caller then names it)."""
+    nwin, n, k = f_tok.shape
+    out = np.empty(nwin)
+    for w in numba.prange(nwin):
+        a = np.empty((n, slots * k))
+        ok = True
+        for i in range(n):
+            for j in range(slots):
+                for kk in range(k):
+                    tok = max(f_tok[w, i, kk] + max(j - t_tok[w, kk], 0.0) * a_tok[w, kk], 0.0)
+                    blk = max(f_blk[w, i, kk] + max(j - t_blk[w, kk], 0.0) * a_blk[w, kk], 0.0)
+                    c = omega * tok / block_size + blk
+                    if not np.isfinite(c):
+                        ok = False
+                    a[i, j * k + kk] = c
+        out[w] = _assign_min(a) if ok else np.nan
+    return out
+
+
 def slot_priced_opt(
     f_tok: np.ndarray,
     f_blk: np.ndarray,
@@ -585,6 +612,7 @@ def slot_priced_opt(
     windows_per_replica: int = 0,
     transient_tok: np.ndarray | None = None,
     transient_blk: np.ndarray | None = None,
+    router: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """OPT of each window under slot pricing (see the module docstring).
 
@@ -592,20 +620,28 @@ def slot_priced_opt(
     a_tok, a_blk (W, K): the load charged per earlier request on each worker; price(tok, blk, isl)
     the cost function, applied to (c, n, slots, K) arrays with isl (c, n, 1) (or None);
     isl (W, n); transient_tok, transient_blk (W, K): requests per worker whose load was gone by the
-    window's end (slot j then charges max(j - 1 - T_w, 0) earlier loads). Returns (W,).
+    window's end (slot j then charges max(j - 1 - T_w, 0) earlier loads). router = (overlap
+    weight, block size), when given, says `price` is router_cost with these (solved compiled).
+    Returns (W,).
     """
     nwin, n, k = f_tok.shape
     if slots * k < n:
         raise ValueError(f"{slots} slots x {k} workers cannot take {n} requests")
-    # (j - 1) for slot j, on the axis between requests and workers: a window's matrix is then
-    # (n, slots * K) in one reshape, columns grouped by slot (their order is irrelevant to OPT).
-    steps = np.arange(slots, dtype=np.float64)[None, None, :, None]
     zero = np.zeros((nwin, k))
     t_tok = zero if transient_tok is None else transient_tok
     t_blk = zero if transient_blk is None else transient_blk
-    # Chunks of windows keep the (c, n, slots, K) temporaries near 0.5 MB each: bounded memory, and
-    # cache-sized arrays make the elementwise pricing about twice as fast as one big pass.
-    chunk = max(1, (1 << 16) // (n * slots * k))
+    if router is not None:  # the router cost: the compiled path (same numbers, far faster)
+        args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_blk)
+        arrays = (np.ascontiguousarray(x, dtype=np.float64) for x in args)
+        out = _slot_router_opt(*arrays, int(slots), float(router[0]), float(router[1]))
+        if not np.isnan(out).any():
+            return out
+    # (j - 1) for slot j, on the axis between requests and workers: a window's matrix is then
+    # (n, slots * K) in one reshape, columns grouped by slot (their order is irrelevant to OPT).
+    steps = np.arange(slots, dtype=np.float64)[None, None, :, None]
+    # Chunks of windows keep the (c, n, slots, K) temporaries near 2 MB each: bounded memory, and
+    # near-cache-sized arrays price faster than one big pass; enough windows to share out among threads.
+    chunk = max(1, (1 << 18) // (n * slots * k))
     out = np.empty(nwin)
     for s in range(0, nwin, chunk):
         e = min(s + chunk, nwin)
@@ -787,5 +823,6 @@ def poa_hat_from_candidates(
         windows_per_replica=nw,
         transient_tok=_transient(chosen, window, k, decided_ms, released_tokens_ms).reshape(r * nw, k),
         transient_blk=_transient(chosen, window, k, decided_ms, released_blocks_ms).reshape(r * nw, k),
+        router=(overlap_weight, block_size) if cost == "router" else None,
     )
     return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)

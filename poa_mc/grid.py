@@ -227,10 +227,10 @@ _STATE_KEYS = {
 def check_memory(cells: list[Cell], run: RunSection, available: int | None = None) -> None:
     """Refuse, before anything is written, a grid whose cells cannot fit this machine's memory:
     one replica's kernel state must fit the engine's batch budget (half the available memory),
-    and a cell's per-request results are held twice (arrays and the samples frame) beside one
-    batch of state. Raises ConfigError naming run.requests or run.replicas."""
+    and a cell's kept per-request samples ([run] samples) are held twice (arrays and the samples
+    frame) beside one streaming batch of state. Raises ConfigError naming run.requests or run.replicas."""
     from poa_mc.config import ConfigError
-    from poa_mc.engine import available_memory, memory_plan
+    from poa_mc.engine import STREAM_BATCH_BYTES, available_memory, memory_plan
 
     avail = available_memory() if available is None else available
     gib = 2**30
@@ -244,12 +244,15 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
                 f"the {avail / gib:.1f} GiB available here (most of it in its {plan['largest']} arrays); "
                 f"lower {key}",
             )
-        batch_state = min(run.replicas * plan["state"], avail // 2)
-        need = 2 * plan["results"] + batch_state
+        keep = run.keep()
+        kept = run.requests if keep is None else keep
+        batch_state = min(run.replicas * plan["state"], avail // 2, max(plan["state"], STREAM_BATCH_BYTES))
+        need = 2 * plan["results"] * kept // run.requests + batch_state  # only the kept requests stay
         if need > avail:
             raise ConfigError(
                 "run.replicas",
-                f"{run.replicas} replicas x {run.requests} requests of {cell.label()} need about {need / gib:.1f} GiB "
-                f"for their results, more than the {avail / gib:.1f} GiB available here; lower run.replicas or "
-                "run.requests, or split the grid with --shard",
+                f"{run.replicas} replicas x {kept} kept requests of {cell.label()} need about {need / gib:.1f} GiB "
+                f"for their samples, more than the {avail / gib:.1f} GiB available here; keep fewer "
+                '(run.samples = "none" or a number), lower run.replicas or run.requests, '
+                "or split the grid with --shard",
             )

@@ -21,7 +21,9 @@ class Run:
 
     cells:   one row per cell of the grid
     samples: one row per measured request of every complete cell, with `cell_id` (Hive partition);
-             when cells differ in worker count, the candidate arrays are read as lists
+             when cells differ in worker count, the candidate arrays are read as lists (only the
+             requests [run] samples kept)
+    acc:     one row per replica of every complete cell: its accumulators (poa_mc.accumulate)
     summary: one row per cell, estimates with `_lo`/`_hi` 95% bounds   (after reduce)
     poa:     one row per topology x load                               (after reduce)
     """
@@ -48,7 +50,7 @@ class Run:
         files = sorted((self.path / "samples").glob("cell_id=*/part.parquet"))
         if not files:
             return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
-        schemas = {str(pl.read_parquet_schema(f)) for f in files}  # footers only
+        schemas = {str(_schema(f)) for f in files}  # footers only
         if len(schemas) == 1:
             return pl.scan_parquet(
                 self.path / "samples" / "cell_id=*" / "part.parquet",
@@ -63,6 +65,22 @@ class Run:
             arrays = [k for k, v in lf.collect_schema().items() if isinstance(v, pl.Array)]
             lf = lf.with_columns(pl.col(k).cast(pl.List(pl.Float64)) for k in arrays)
             frames.append(lf.select(pl.lit(f.parent.name[len("cell_id=") :]).alias("cell_id"), pl.all()))
+        return pl.concat(frames, how="diagonal_relaxed")
+
+    @property
+    def acc(self) -> pl.LazyFrame:
+        import polars as pl
+
+        files = sorted((self.path / "acc").glob("cell_id=*/part.parquet"))
+        if not files:
+            return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
+        # only adaptive and planner cells have log columns: one frame, absent columns null
+        frames = []
+        for f in files:
+            _schema(f)
+            frames.append(
+                pl.scan_parquet(f).select(pl.lit(f.parent.name[len("cell_id=") :]).alias("cell_id"), pl.all())
+            )
         return pl.concat(frames, how="diagonal_relaxed")
 
     @property
@@ -85,3 +103,16 @@ def load(path: str | Path) -> Run:
     if not manifest_path.exists():
         raise FileNotFoundError(f"{path} holds no manifest.json; not a poa-mc run directory")
     return Run(path=path, manifest=json.loads(manifest_path.read_text()))
+
+
+def _schema(path: Path) -> Any:
+    """A Parquet file's schema (its footer), or RunDirError naming a damaged file."""
+    import polars as pl
+
+    from poa_mc.store import RunDirError
+
+    try:
+        return pl.read_parquet_schema(path)
+    except (OSError, pl.exceptions.PolarsError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RunDirError(f"{path}: not a readable Parquet file ({first})") from None

@@ -1,9 +1,10 @@
-"""Samples on disk -> summary.parquet (one row per cell) and poa.parquet (one row per point).
+"""Accumulators on disk -> summary.parquet (one row per cell) and poa.parquet (one row per point).
 
-Works from the run directory alone (manifest, cells.parquet, samples/), one cell at a time so
-memory stays bounded by the largest cell. Deterministic: the bootstrap generators are seeded from
-the run seed and the cell id / point stream, so reducing the same samples twice gives the same
-bytes (the resume guarantee relies on it).
+Works from the run directory alone (manifest, cells.parquet, acc/: per-replica accumulators,
+poa_mc.accumulate), one cell at a time; a reduction with other [poa] settings than the run's
+recomputes a cell's accumulators from its samples (which it must then have kept in full).
+Deterministic: the bootstrap generators are seeded from the run seed and the cell id / point
+stream, so reducing the same run twice gives the same bytes (the resume guarantee relies on it).
 """
 
 from __future__ import annotations
@@ -18,23 +19,23 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from poa_mc import sketch
+from poa_mc.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
 from poa_mc.estimators import (
     Estimate,
+    PoaHat,
     counterfactual_poa,
-    per_replica_quantile,
-    poa_hat_from_candidates,
     quantile_interval,
     ratio_interval,
-    social_cost_per_replica,
     t_interval,
 )
 from poa_mc.knee import knee_analysis
-from poa_mc.spec import REGIMES, ClusterSpec, ProfileSpec
+from poa_mc.spec import REGIMES, ClusterSpec
 from poa_mc.store import RunDir, RunDirError, atomic_write_parquet
 
 
 class IncompleteRunError(RunDirError):
-    """Some cells of the grid have no samples yet (a shard still running, or a killed run)."""
+    """Some cells of the grid are not complete yet (a shard still running, or a killed run)."""
 
 
 @dataclass
@@ -48,231 +49,159 @@ def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = est.value, est.lo, est.hi
 
 
-def _matrix(df: pl.DataFrame, name: str, r: int, n: int) -> np.ndarray:
-    return df[name].to_numpy().reshape(r, n)
-
-
-def cell_stats(
-    df: pl.DataFrame, cell: dict[str, Any], poa: dict[str, Any], seed: int, slo: dict[str, Any] | None = None
-) -> CellStats:
-    """Statistics of one cell from its samples frame (rows of all replicas)."""
-    df = df.sort(["replica", "seq"])
-    r = df["replica"].n_unique()
-    n = df.height // r
-    if r * n != df.height:
+def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, Any]) -> CellStats:
+    """Statistics of one cell from its per-replica accumulators (poa_mc.accumulate)."""
+    n_req = acc["n"]
+    r = len(n_req)
+    if r == 0 or not (n_req == n_req[0]).all():
         raise ValueError(f"cell {cell['cell_id']}: replicas have unequal request counts")
+    n = int(n_req[0])
     spec = json.loads(cell["spec_json"])
-
-    ttft, e2e = _matrix(df, "ttft_ms", r, n), _matrix(df, "e2e_ms", r, n)
-    osl, isl = _matrix(df, "osl", r, n).astype(np.float64), _matrix(df, "isl", r, n)
     row: dict[str, Any] = {"cell_id": cell["cell_id"], "replicas": r, "requests": n}
-    _put(row, "ttft_mean_ms", t_interval(ttft.mean(axis=1)))
-    for q in (50, 90, 99):
-        _put(row, f"ttft_p{q}_ms", quantile_interval(per_replica_quantile(ttft, q / 100)))
-    gaps = np.maximum(osl - 1, 0)
-    itl = _matrix(df, "itl_ms", r, n)
+
+    def mean(name: str) -> np.ndarray:
+        return acc[f"sum_{name}"] / n
+
+    def q(metric: str, p: float) -> np.ndarray:
+        return sketch.quantile(acc[f"hist_{metric}"], p, acc[f"min_{metric}"], acc[f"max_{metric}"])
+
+    _put(row, "ttft_mean_ms", t_interval(mean("ttft_ms")))
+    for p in (50, 90, 99):
+        _put(row, f"ttft_p{p}_ms", quantile_interval(q("ttft", p / 100)))
     # Token-weighted mean ITL (sum of gaps / number of gaps), as Dynamo reports it.
     _put(
         row,
         "itl_mean_ms",
-        ratio_interval((itl * gaps).sum(axis=1), gaps.sum(axis=1))
-        if gaps.sum()
-        else Estimate(math.nan, math.nan, math.nan),
+        ratio_interval(acc["sum_itl_gaps"], acc["sum_gaps"]) if acc["sum_gaps"].sum() else _NAN,
     )
     # per-request ITL (TPOT) quantiles, over requests with at least one gap (osl > 1)
-    itl_req = np.where(gaps > 0, itl, np.nan)
-    for q in (50, 90, 99):
-        _put(row, f"itl_p{q}_ms", quantile_interval(_nan_quantile(itl_req, q / 100)))
-    _put(row, "e2e_mean_ms", t_interval(e2e.mean(axis=1)))
-    _put(row, "e2e_p99_ms", quantile_interval(per_replica_quantile(e2e, 0.99)))
+    for p in (50, 90, 99):
+        _put(row, f"itl_p{p}_ms", quantile_interval(q("itl", p / 100)))
+    _put(row, "e2e_mean_ms", t_interval(mean("e2e_ms")))
+    _put(row, "e2e_p99_ms", quantile_interval(q("e2e", 0.99)))
     for name in ("prefill_wait_ms", "decode_wait_ms"):
-        if name in df.columns:
-            _put(row, name.replace("_ms", "_mean_ms"), t_interval(_matrix(df, name, r, n).mean(axis=1)))
+        if f"sum_{name}" in acc:
+            _put(row, name.replace("_ms", "_mean_ms"), t_interval(mean(name)))
 
-    if "replica_window_ms" in df.columns:
-        window_ms = _matrix(df, "replica_window_ms", r, n)[:, 0]
-    else:
-        arr = _matrix(df, "arrival_ms", r, n)
-        window_ms = (arr + e2e).max(axis=1) - arr.min(axis=1)
+    window_ms = acc["replica_window_ms"]
     window_s = np.where(window_ms > 0, window_ms / 1000.0, np.nan)
     _put(row, "throughput_rps", t_interval(n / window_s))
-    _put(row, "output_tps", t_interval(osl.sum(axis=1) / window_s))
-    cached = _matrix(df, "cached_blocks", r, n).astype(np.float64)
-    prompt = _matrix(df, "prompt_blocks", r, n).astype(np.float64)
-    _put(row, "hit_rate", ratio_interval(cached.sum(axis=1), prompt.sum(axis=1)))
-    if "cached_g2" in df.columns:  # per KV tier (docs/tiers.md): G1 is what the lower tiers did not serve
-        lower = {k: _matrix(df, f"cached_{k}", r, n).astype(np.float64) for k in ("g2", "g3")}
-        tiers = {"g1": cached - lower["g2"] - lower["g3"], **lower}
-        for k, hits in tiers.items():
-            _put(row, f"hit_rate_{k}", ratio_interval(hits.sum(axis=1), prompt.sum(axis=1)))
-        onb = t_interval(_matrix(df, "onboard_ms", r, n).mean(axis=1))
+    _put(row, "output_tps", t_interval(acc["sum_osl"] / window_s))
+    cached, prompt = acc["sum_cached_blocks"], acc["sum_prompt_blocks"]
+    _put(row, "hit_rate", ratio_interval(cached, prompt))
+    if "sum_cached_g2" in acc:  # per KV tier (docs/tiers.md): G1 is what the lower tiers did not serve
+        lower = {k: acc[f"sum_cached_{k}"] for k in ("g2", "g3")}
+        for k, hits in {"g1": cached - lower["g2"] - lower["g3"], **lower}.items():
+            _put(row, f"hit_rate_{k}", ratio_interval(hits, prompt))
+        onb = t_interval(mean("onboard_ms"))
         _put(row, "onboard_ms_mean", replace(onb, lo=max(onb.lo, 0.0)))  # a time: never below 0
-    _slo_stats(row, slo or {}, ttft, itl, gaps, n, window_s)
-    _worker_stats(row, df, spec, r, n)
-    if {"replica_preemptions", "replica_simulated"} <= set(df.columns):
+    _slo_stats(row, acc["slo_met"], n, window_s)
+    _worker_stats(row, acc, spec)
+    if {"replica_preemptions", "replica_simulated"} <= set(acc):
         # decode preemptions under KV pressure, per simulated request (warm-up and tail included)
-        pre = _matrix(df, "replica_preemptions", r, n)[:, 0].astype(np.float64)
-        sim = _matrix(df, "replica_simulated", r, n)[:, 0].astype(np.float64)
-        _put(row, "preemptions_per_request", ratio_interval(pre, sim))
+        pre = acc["replica_preemptions"].astype(np.float64)
+        _put(row, "preemptions_per_request", ratio_interval(pre, acc["replica_simulated"].astype(np.float64)))
 
-    _poa_hat_stage(row, df, spec, poa, r, n, isl, ttft)
-    if "replica_sim_ms" in df.columns:
+    cluster = ClusterSpec(**spec["cluster"])
+    stage, _, k = cluster.poa_stage(poa.get("stage", "auto"))
+    row["poa_stage"], row["poa_candidates"] = stage, k
+    windows = int(acc["poa_windows"][0])
+    ph = PoaHat(
+        acc["poa_actual"], acc["poa_opt"], windows, defined=bool(windows) and not np.isnan(acc["poa_opt"]).any()
+    )
+    _put(row, "poa_hat", ph.estimate() if ph.defined else _NAN)
+    row["poa_hat_windows"] = windows * r if ph.defined else 0
+    if "replica_sim_ms" in acc:
         # the adaptive controller: share of simulated time in each regime, and its switches
-        sim_ms = _matrix(df, "replica_sim_ms", r, n)[:, 0]
+        sim_ms = acc["replica_sim_ms"]
         for name in REGIMES:
-            share = _matrix(df, f"replica_regime_ms_{name}", r, n)[:, 0] / np.where(sim_ms > 0, sim_ms, np.nan)
+            share = acc[f"replica_regime_ms_{name}"] / np.where(sim_ms > 0, sim_ms, np.nan)
             _put(row, f"regime_share_{name}", t_interval(share))
-        _put(row, "regime_switches", t_interval(_matrix(df, "replica_switches", r, n)[:, 0].astype(np.float64)))
+        _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
-    social = {kind: social_cost_per_replica(kind, ttft, e2e) for kind in ("mean_ttft", "mean_e2e", "p99_ttft")}
+    social = {
+        "mean_ttft": mean("ttft_ms"),
+        "mean_e2e": mean("e2e_ms"),
+        "p99_ttft": q("ttft", 0.99),
+    }
     row["social_cost"] = float(social[poa["social_cost"]].mean())
-    return CellStats(row, social, _planner_runs(df, spec, r, n))
+    return CellStats(row, social, _planner_runs(acc, spec))
 
 
-def _planner_runs(df: pl.DataFrame, spec: dict, r: int, n: int) -> Any:
-    """A planner cell's moves, from the log on each replica's first rows (poa_mc.games.planner_runs)."""
+_NAN = Estimate(math.nan, math.nan, math.nan)
+
+
+def _planner_runs(acc: dict[str, np.ndarray], spec: dict) -> Any:
+    """A planner cell's moves, from its per-replica move log (poa_mc.games.planner_runs)."""
     pl_spec = spec.get("planner")
-    if not pl_spec or "replica_measured_ms" not in df.columns:
+    if not pl_spec or "replica_measured_ms" not in acc:
         return None
     from poa_mc.games import planner_runs
     from poa_mc.spec import budget_splits
 
     path = budget_splits(int(pl_spec["gpu_budget"]), int(pl_spec["prefill_gpus"]), int(pl_spec["decode_gpus"]))
-    end = _matrix(df, "replica_sim_ms", r, n)[:, 0]
-    begin = end - _matrix(df, "replica_measured_ms", r, n)[:, 0]
-    if "plan_move_ms" in df.columns:
-        ms = _matrix(df, "plan_move_ms", r, n).astype(np.float64)
-        n_p = _matrix(df, "plan_n_prefill", r, n).astype(np.float64)
+    end = acc["replica_sim_ms"]
+    begin = end - acc["replica_measured_ms"]
+    r = len(end)
+    if "plan_move_ms" in acc:
+        ms, n_p = acc["plan_move_ms"].astype(np.float64), acc["plan_n_prefill"].astype(np.float64)
     else:  # no move logged (log_moves = 0)
         ms = n_p = np.full((r, 1), np.nan)
     start = (int(spec["cluster"]["n_prefill"]), int(spec["cluster"]["n_decode"]))
     return planner_runs(path, start, ms, n_p, begin, end)
 
 
-def _nan_quantile(x: np.ndarray, q: float) -> np.ndarray:
-    """per_replica_quantile ignoring NaN entries (a row of NaN gives NaN)."""
-    out = np.full(x.shape[0], np.nan)
-    ok = ~np.all(np.isnan(x), axis=1)
-    if ok.any():
-        out[ok] = np.nanquantile(x[ok], q, axis=1, method="inverted_cdf")
-    return out
-
-
-def _slo_stats(row: dict[str, Any], slo: dict[str, Any], ttft, itl, gaps, n: int, window_s) -> None:
+def _slo_stats(row: dict[str, Any], met: np.ndarray, n: int, window_s: np.ndarray) -> None:
     """slo_attainment (share of measured requests within every bound of [slo]) and goodput_rps
     (those requests per second of the measurement window); null without an [slo] table."""
-    bound_ttft, bound_itl = float(slo.get("ttft_ms", 0.0)), float(slo.get("itl_ms", 0.0))
-    if bound_ttft <= 0 and bound_itl <= 0:
+    if (met < 0).any():
         for name in ("slo_attainment", "goodput_rps"):
-            _put(row, name, Estimate(math.nan, math.nan, math.nan))
+            _put(row, name, _NAN)
         return
-    ok = np.ones(ttft.shape, dtype=bool)
-    if bound_ttft > 0:
-        ok &= ttft <= bound_ttft
-    if bound_itl > 0:
-        ok &= (gaps == 0) | (itl <= bound_itl)  # a one-token answer has no inter-token gap to miss
-    met = ok.sum(axis=1).astype(np.float64)
+    met = met.astype(np.float64)
     _put(row, "slo_attainment", t_interval(met / n))
     _put(row, "goodput_rps", t_interval(met / window_s))
 
 
-def _worker_stats(row: dict[str, Any], df: pl.DataFrame, spec: dict, r: int, n: int) -> None:
+def _worker_stats(row: dict[str, Any], acc: dict[str, np.ndarray], spec: dict) -> None:
     """Utilisation of each pool (share of worker time in a pass), mean running decode batch and
     KV occupancy (blocks held by requests over capacity), from the engine's time integrals over
     the measured part of the run (first measured arrival to the end)."""
     names = ("prefill_busy_ms", "decode_busy_ms", "decode_batch_ms", "decode_kv_block_ms", "measured_ms")
-    nan = Estimate(math.nan, math.nan, math.nan)
     # a planner moves workers between pools: shares of a fixed worker count would mean nothing
-    if spec.get("planner") or not all(f"replica_{c}" in df.columns for c in names):
+    if spec.get("planner") or not all(f"replica_{c}" in acc for c in names):
         for c in ("prefill_util", "decode_util", "decode_batch_mean", "kv_occupancy_mean"):
-            _put(row, c, nan)
+            _put(row, c, _NAN)
         return
-    col = {c: _matrix(df, f"replica_{c}", r, n)[:, 0] for c in names}
+    col = {c: acc[f"replica_{c}"] for c in names}
     span = np.where(col["measured_ms"] > 0, col["measured_ms"], np.nan)
     cluster = spec["cluster"]
     n_p = 0 if cluster["flow"] == "aggregated" else int(cluster["n_prefill"])
     n_d = int(cluster["n_decode"])
-    _put(row, "prefill_util", t_interval(col["prefill_busy_ms"] / (span * n_p)) if n_p else nan)
+    _put(row, "prefill_util", t_interval(col["prefill_busy_ms"] / (span * n_p)) if n_p else _NAN)
     _put(row, "decode_util", t_interval(col["decode_busy_ms"] / (span * n_d)))
     _put(row, "decode_batch_mean", t_interval(col["decode_batch_ms"] / (span * n_d)))
     cap = float(cluster["decode_kv_blocks"])
     _put(row, "kv_occupancy_mean", t_interval(col["decode_kv_block_ms"] / (span * n_d * cap)))
 
 
-def _poa_hat_stage(
-    row: dict[str, Any], df: pl.DataFrame, spec: dict, poa: dict[str, Any], r: int, n: int, isl: np.ndarray, ttft
-) -> None:
-    """PoA-hat over the routing decision [poa] stage names (see poa_mc.estimators): its candidate
-    columns, the worker it chose, what it booked there, and its windows in decision order."""
-    cluster = ClusterSpec(**spec["cluster"])
-    stage, lo, k = cluster.poa_stage(poa.get("stage", "auto"))
-    row["poa_stage"] = stage
-    row["poa_candidates"] = k
-    row["poa_hat_windows"] = 0
-    _put(row, "poa_hat", Estimate(math.nan, math.nan, math.nan))
-    if spec.get("planner"):
-        return  # the candidates change as the planner moves workers: not a fixed game
-    if k < 2 or not {"cand_tokens", "cand_blocks", f"{stage}_added_tokens"} <= set(df.columns):
-        return  # one candidate is no game: PoA-hat is undefined (null), not a number
-    width = df.schema["cand_tokens"].size
-    tokens = df["cand_tokens"].to_numpy().reshape(r, n, width)[:, :, lo : lo + k]
-    blocks = df["cand_blocks"].to_numpy().reshape(r, n, width)[:, :, lo : lo + k]
-    chosen = _matrix(df, "prefill_worker" if stage == "prefill" else "decode_worker", r, n)
-    add_t = _matrix(df, f"{stage}_added_tokens", r, n)
-    add_b = _matrix(df, f"{stage}_added_blocks", r, n)
-    obs, isl_s = ttft, isl
-    # when each decision was made and when the load it booked left its worker (see estimators)
-    arrival = _matrix(df, "arrival_ms", r, n)
-    decided = _matrix(df, "decode_decided_ms", r, n)
-    done = arrival + _matrix(df, "e2e_ms", r, n)
-    if stage == "prefill":  # the prefill worker's booking ends with the prefill
-        t_dec, rel_t, rel_b = arrival, decided, decided
-    elif cluster.flow == "prefill_first":
-        t_dec, rel_t, rel_b = decided, done, done
-    else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
-        t_dec, rel_t, rel_b = arrival, arrival + ttft, done
-    if stage == "decode" and cluster.flow == "prefill_first":
-        # decode decisions come as prefills end, not in arrival order: windows follow them
-        order = np.argsort(decided, axis=1, kind="stable")
-
-        def take(x: np.ndarray) -> np.ndarray:
-            return np.take_along_axis(x, order[:, :, None] if x.ndim == 3 else order, axis=1)
-
-        # the decode decision's observed latency starts when it is made (the prefill is behind it)
-        since = ttft - (decided - arrival)
-        tokens, blocks, chosen, add_t, add_b, obs, isl_s, t_dec, rel_t, rel_b = map(
-            take, (tokens, blocks, chosen, add_t, add_b, since, isl, t_dec, rel_t, rel_b)
-        )
-        omega = float(spec["policy"].get("decode_overlap_weight", 0.0))
-        cost = {"ttft": "decode_step", "observed": "observed_step"}.get(poa.get("cost", "router"), "router")
-    else:
-        omega = float(poa.get("overlap_weight", 1.0))
-        cost = poa.get("cost", "router")
-    ph = poa_hat_from_candidates(
-        tokens,
-        blocks,
-        chosen,
-        added_tokens=add_t,
-        added_blocks=add_b,
-        window=int(poa["window"]),
-        slots=int(poa.get("slots", 0)),
-        cost=cost,
-        block_size=int(cluster.block_size),
-        overlap_weight=omega,
-        profile=ProfileSpec(**spec["profile"]),
-        isl=isl_s,
-        freeze=bool(poa.get("freeze", True)),
-        pricing=poa.get("pricing", "slot"),
-        decode_kv_blocks=int(cluster.decode_kv_blocks),
-        ttft_ms=obs,
-        decided_ms=t_dec,
-        released_tokens_ms=rel_t,
-        released_blocks_ms=rel_b,
-        recompute_last_block=bool(cluster.recompute_last_block),
-    )
-    if ph.defined and ph.windows:
-        _put(row, "poa_hat", ph.estimate())
-    row["poa_hat_windows"] = ph.windows * r
+def samples_to_columns(df: pl.DataFrame) -> dict[str, np.ndarray]:
+    """A samples file back as accumulate()'s per-request input: (R, N[, W]) columns."""
+    df = df.sort(["replica", "seq"])
+    r = df["replica"].n_unique()
+    n = df.height // r
+    if r * n != df.height:
+        raise ValueError("replicas have unequal request counts")
+    cols = {}
+    for name in df.columns:
+        s = df[name]
+        if name == "replica":
+            continue
+        if isinstance(s.dtype, pl.Array):
+            cols[name] = s.to_numpy().reshape(r, n, s.dtype.size)
+        else:
+            cols[name] = s.to_numpy().reshape(r, n)
+    return cols
 
 
 _ID_COLUMNS = [
@@ -317,7 +246,7 @@ def reduce_run(
     foreign = sorted(on_disk - known)
     if foreign:
         raise RunDirError(
-            f"{run_dir.samples_dir} holds cells of another grid ({', '.join(foreign[:3])}...); refusing to mix"
+            f"{run_dir.acc_dir} holds cells of another grid ({', '.join(foreign[:3])}...); refusing to mix"
         )
     key = manifest.get("sim_key")
 
@@ -332,17 +261,18 @@ def reduce_run(
         )
     missing = known - on_disk
     if not on_disk:
-        raise IncompleteRunError(f"{run_dir.samples_dir}: no cell has samples yet; nothing to summarise")
+        raise IncompleteRunError(f"{run_dir.acc_dir}: no cell is complete yet; nothing to summarise")
     if missing and not allow_partial:
         raise IncompleteRunError(
-            f"{len(missing)} of {len(known)} cells have no samples yet; run the remaining shards "
+            f"{len(missing)} of {len(known)} cells are not complete yet; run the remaining shards "
             f"(or `poa-mc run --resume`), or reduce with --allow-partial"
         )
 
     stats: dict[str, CellStats] = {}
     todo = [c for c in cells.sort("index").iter_rows(named=True) if c["cell_id"] in on_disk]
+    wanted = settings(poa, slo)
     for i, cell in enumerate(todo):
-        stats[cell["cell_id"]] = cell_stats(run_dir.read_samples(cell["cell_id"]), cell, poa, seed, slo)
+        stats[cell["cell_id"]] = cell_stats(_cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa)
         if progress is not None:
             progress(i + 1, len(todo))
 
@@ -375,6 +305,33 @@ def reduce_run(
         atomic_write_parquet(frame, run_dir.cache_game_path)
     run_dir.finalize_manifest()
     return summary, poa_df
+
+
+def _cell_acc(
+    run_dir: RunDir, cell: dict[str, Any], poa: dict, slo: dict, wanted: str, overrides: dict | None
+) -> dict[str, np.ndarray]:
+    """A cell's accumulators: as the run wrote them, or recomputed from its samples when this
+    reduction's [poa] / [slo] settings differ from the run's (which needs every sample)."""
+    cid = cell["cell_id"]
+    meta = run_dir.read_meta(cid) or {}
+    if meta.get("acc_settings") == wanted:
+        return from_frame(run_dir.read_acc(cid))
+    if meta.get("samples", "all") != "all" or not run_dir.sample_path(cid).exists():
+        changed = sorted(set(overrides or {}) & set(POA_KEYS))
+        key = f"poa.{changed[0]}" if changed else "poa"
+        raise RunDirError(
+            f"{key}: cell {cid} kept {meta.get('samples', 'no')} samples per replica (run.samples), so its "
+            'PoA-hat cannot be recomputed with other [poa] settings; run again with run.samples = "all"'
+        )
+    # the per-replica values and logs are the run's; the per-request reduction is redone
+    old = from_frame(run_dir.read_acc(cid))
+    rep = {k.removeprefix("replica_"): v for k, v in old.items() if k.startswith("replica_")}
+    logs = {}
+    for key, names in (("switch_log", SWITCH_LOG_COLUMNS), ("move_log", MOVE_LOG_COLUMNS)):
+        if names[0] in old:
+            logs[key] = np.stack([old[c] for c in names], axis=2)
+    cols = samples_to_columns(run_dir.read_samples(cid))
+    return accumulate(cols, rep, json.loads(cell["spec_json"]), poa, slo, logs)
 
 
 def _knees(cells: pl.DataFrame, stats: dict[str, CellStats], seed: int, n_boot: int) -> dict[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -260,13 +261,26 @@ def run_grid(
         console.note(
             f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
         )
+    from poa_mc.accumulate import accumulate
+    from poa_mc.accumulate import frame as acc_frame
+    from poa_mc.accumulate import settings as acc_settings
+
     r = grid.run
+    keep = r.keep()
+    poa_cfg, slo = manifest["grid"]["poa"], manifest["grid"].get("slo", {})
+    acc_key = acc_settings(poa_cfg, slo)
     width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
     timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
     try:
         for cell in todo:
             t0 = time.perf_counter()
             try:
+                spec_d = dataclasses.asdict(cell.spec)
+
+                def reduce_batch(cols, rep, logs, spec_d=spec_d):
+                    return accumulate(cols, rep, spec_d, poa_cfg, slo, logs)
+
+                streams = {"keep": keep, "reduce": reduce_batch} if _streams(simulate) else {}
                 res = simulate(
                     cell.spec,
                     replicas=r.replicas,
@@ -276,12 +290,18 @@ def run_grid(
                     stream=cell.stream,
                     backend=backend,
                     record_candidates=True,
+                    **streams,
+                )
+                acc = getattr(res, "acc", None) or accumulate(
+                    {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
                 )
             except EngineError as e:
                 raise CellFailed(_failed_cell(grid, cell, e)) from None
-            wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
+            # the engine and the accumulators (what the user waits for), compilation excluded
+            cell_s = time.perf_counter() - t0 - float(getattr(res, "compile_s", 0.0))
+            wall = float(getattr(res, "wall_s", cell_s))
             if costs[cell.cell_id] >= speed.MIN_TIMED_COST:
-                timed_cost, timed_s = timed_cost + costs[cell.cell_id], timed_s + wall
+                timed_cost, timed_s = timed_cost + costs[cell.cell_id], timed_s + cell_s
             simulated = (
                 float(np.sum(res.replica["simulated"]))
                 if "simulated" in res.replica
@@ -294,6 +314,7 @@ def run_grid(
                 "poa_mc_version": manifest.get("poa_mc_version"),
                 "label": cell.label(),
                 "wall_s": wall,
+                "cell_s": cell_s,
                 "compile_s": float(getattr(res, "compile_s", 0.0)),
                 "backend": str(getattr(res, "backend", backend)),
                 "device": str(getattr(res, "device", "")),
@@ -301,16 +322,15 @@ def run_grid(
                 "sim_rps": simulated / wall if wall > 0 else None,
                 "shard": list(shard) if shard else None,
             }
-            frame = samples_frame(res.samples, res.candidates or None, width=width)
-            # Per-replica window and request counts travel with the samples so reduce needs no engine.
-            frame = _attach_replica_columns(frame, res.replica, r.requests)
-            extra = getattr(res, "extra", {})
-            # every cell has the log columns (null without that log): one schema for the grid
-            frame = _attach_log(frame, extra.get("switch_log"), r.requests, SWITCH_LOG_COLUMNS)
-            frame = _attach_log(frame, extra.get("move_log"), r.requests, MOVE_LOG_COLUMNS)
-            run_dir.write_cell(cell.cell_id, frame, meta)
+            frame = None
+            kept = next(iter(res.samples.values())).shape[1]
+            if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
+                frame = samples_frame(res.samples, res.candidates or None, width=width)
+            meta["samples"] = "all" if kept == r.requests else kept
+            meta["acc_settings"] = acc_key
+            run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
             report.ran.append(cell.cell_id)
-            console.cell_done(cell.label(), costs[cell.cell_id], simulated, wall)
+            console.cell_done(cell.label(), costs[cell.cell_id], simulated, cell_s)
     except KeyboardInterrupt:
         console.close()
         run_dir.remove_own_temporaries()
@@ -357,34 +377,11 @@ def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:
     return f"{key + ': ' if key else ''}cell {cell.label()}: {e}; {done}"
 
 
-SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
-MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
-
-
-def _attach_log(frame: pl.DataFrame, log: np.ndarray | None, requests: int, names: tuple[str, ...]) -> pl.DataFrame:
-    """A per-replica event log (replicas, S, 3), the j-th event of a replica on its j-th row: a
-    time in ms, then two small integers (the controller's regime switches, the planner's moves),
-    null past its last logged event, and null throughout without a log."""
-    if log is None:  # all null: no buffers the size of the samples
-        return frame.with_columns(
-            pl.lit(None, dtype=pl.Float64 if i == 0 else pl.Int32).alias(name) for i, name in enumerate(names)
-        )
-    r, s, _ = log.shape
-    cols = {}
-    for i, name in enumerate(names):
-        full = np.full((r, requests), np.nan)
-        m = min(s, requests)
-        full[:, :m] = log[:, :m, i]
-        series = pl.Series(name, full.reshape(-1), nan_to_null=True)
-        cols[name] = series if i == 0 else series.cast(pl.Int32)
-    return frame.with_columns(cols.values())
-
-
-def _attach_replica_columns(frame: pl.DataFrame, replica: dict[str, Any], requests: int) -> pl.DataFrame:
-    """Repeat each (replicas,) array of SimResult.replica on its replica's rows as `replica_<name>`."""
-    extra = {}
-    for name, arr in replica.items():
-        arr = np.asarray(arr)
-        if arr.ndim == 1:
-            extra[f"replica_{name}"] = np.repeat(arr, requests)
-    return frame.with_columns(pl.Series(k, v) for k, v in extra.items()) if extra else frame
+def _streams(simulate: Simulate) -> bool:
+    """Does this simulate reduce batches as they leave the kernels (the engine's `keep` and
+    `reduce`)? A stand-in without them is reduced from its whole result."""
+    try:
+        params = inspect.signature(simulate).parameters
+    except (TypeError, ValueError):
+        return False
+    return "reduce" in params or simulate is _ENGINE

@@ -343,12 +343,12 @@ def norm_cell_id(value: object) -> str:
 
 
 def done_cells(out: Path) -> set[str]:
-    """Cells whose samples are on disk (samples/cell_id=XXXX/part.parquet; written atomically by run)."""
-    samples = out / "samples"
-    if not samples.is_dir():
+    """Cells whose accumulators are on disk (acc/cell_id=XXXX/part.parquet, a cell's commit point)."""
+    acc = out / "acc"
+    if not acc.is_dir():
         return set()
     done: set[str] = set()
-    for d in samples.iterdir():
+    for d in acc.iterdir():
         if d.name.startswith("cell_id=") and (d / "part.parquet").is_file():
             done.add(norm_cell_id(d.name.split("=", 1)[1]))
     return done

@@ -2,17 +2,19 @@
 
     DIR/manifest.json                      run-level facts + fingerprint (+ per-cell timings)
     DIR/cells.parquet                      one row per cell of the grid
-    DIR/meta/<cell_id>.json                per-cell timings, written just before the samples
-    DIR/samples/cell_id=<id>/part.parquet  per-request samples of a finished cell (commit point)
+    DIR/meta/<cell_id>.json                per-cell timings, written first
+    DIR/samples/cell_id=<id>/part.parquet  per-request samples of a finished cell ([run] samples)
+    DIR/acc/cell_id=<id>/part.parquet      per-replica accumulators (poa_mc.accumulate; commit point)
     DIR/summary.parquet, DIR/poa.parquet   written by reduce
     DIR/pd_game.parquet                    written by reduce for a grid with [games.pd]
     DIR/plots/*.png                        written by plot
 
 Every file is written to a temporary name in its final folder and renamed into place
 (os.replace is atomic on POSIX), so a reader or a killed run never sees half a file. A cell is
-complete exactly when its samples file exists; its meta file is written first, so a complete cell
-always has its timings. Shards of one run may write into the same DIR concurrently: they only
-ever add different cells, and the files they share (manifest, cells.parquet) have equal content.
+complete exactly when its accumulators file exists; its meta and samples files are written
+first, so a complete cell always has its timings (and its samples, when it keeps any). Shards
+of one run may write into the same DIR concurrently: they only ever add different cells, and the
+files they share (manifest, cells.parquet) have equal content.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class RunDir:
     manifest_path = property(lambda self: self.root / "manifest.json")
     cells_path = property(lambda self: self.root / "cells.parquet")
     samples_dir = property(lambda self: self.root / "samples")
+    acc_dir = property(lambda self: self.root / "acc")
     meta_dir = property(lambda self: self.root / "meta")
     summary_path = property(lambda self: self.root / "summary.parquet")
     poa_path = property(lambda self: self.root / "poa.parquet")
@@ -141,6 +144,9 @@ class RunDir:
 
     def sample_path(self, cell_id: str) -> Path:
         return self.samples_dir / f"cell_id={cell_id}" / "part.parquet"
+
+    def acc_path(self, cell_id: str) -> Path:
+        return self.acc_dir / f"cell_id={cell_id}" / "part.parquet"
 
     def meta_path(self, cell_id: str) -> Path:
         return self.meta_dir / f"{cell_id}.json"
@@ -256,12 +262,12 @@ class RunDir:
             return None
 
     def complete_cells(self, fingerprint: str | None = None, sim_key: str | None = None) -> set[str]:
-        """Cell ids whose samples file exists (and, if given, whose meta has this fingerprint, or
-        this sim key: the same simulation in a grid that has grown since)."""
+        """Cell ids whose accumulators file exists (and, if given, whose meta has this fingerprint,
+        or this sim key: the same simulation in a grid that has grown since)."""
         done = set()
-        if not self.samples_dir.exists():
+        if not self.acc_dir.exists():
             return done
-        for d in self.samples_dir.iterdir():
+        for d in self.acc_dir.iterdir():
             if d.name.startswith("cell_id=") and (d / "part.parquet").exists():
                 cid = d.name[len("cell_id=") :]
                 if fingerprint is not None:
@@ -274,10 +280,16 @@ class RunDir:
                 done.add(cid)
         return done
 
-    def write_cell(self, cell_id: str, samples: pl.DataFrame, meta: dict[str, Any]) -> None:
-        """Meta first, samples last: the samples file is the commit point of a cell."""
+    def write_cell(
+        self, cell_id: str, acc: pl.DataFrame, meta: dict[str, Any], samples: pl.DataFrame | None = None
+    ) -> None:
+        """Meta first, then the samples (if kept), accumulators last: the commit point of a cell."""
         atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta})
-        atomic_write_parquet(samples, self.sample_path(cell_id))
+        if samples is not None:
+            atomic_write_parquet(samples, self.sample_path(cell_id))
+        else:  # a re-run that keeps none leaves no older samples behind
+            self.sample_path(cell_id).unlink(missing_ok=True)
+        atomic_write_parquet(acc, self.acc_path(cell_id))
 
     def _temporaries(self) -> list[Path]:
         return [p for p in self.root.rglob(".*.tmp") if p.is_file()] if self.root.is_dir() else []
@@ -304,6 +316,9 @@ class RunDir:
 
     def read_samples(self, cell_id: str) -> pl.DataFrame:
         return read_parquet_or_fail(self.sample_path(cell_id))
+
+    def read_acc(self, cell_id: str) -> pl.DataFrame:
+        return read_parquet_or_fail(self.acc_path(cell_id))
 
     def read_cells(self) -> pl.DataFrame:
         if not self.cells_path.exists():

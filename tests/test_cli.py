@@ -77,7 +77,7 @@ def test_run_shards_then_reduce_and_plot(grid_file, tmp_path, fake):
     assert r.exit_code == 0, r.output
     assert "poa-mc reduce" in r.output and not (out / "summary.parquet").exists()
     r = invoke("reduce", out)
-    assert r.exit_code == 2 and "cells have no samples" in r.output
+    assert r.exit_code == 2 and "cells are not complete yet" in r.output
     r = invoke("run", "--grid", grid_file, "--out", out, "--shard", "1/2")
     assert r.exit_code == 0, r.output
     assert (out / "summary.parquet").exists() and (out / "plots" / "poa_vs_load.png").exists()
@@ -319,7 +319,11 @@ def test_validate_refuses_an_out_it_could_not_write(grid_file, tmp_path):
 def test_damaged_run_directories_are_named_not_crashed_on(grid_file, tmp_path, fake):
     out = tmp_path / "out"
     assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
-    part = next(out.glob("samples/*/part.parquet"))
+    samples = next(out.glob("samples/*/part.parquet"))
+    samples.write_bytes(b"garbage")
+    r = invoke("plot", out)  # the latency CDFs read the samples
+    assert r.exit_code == 2 and str(samples) in r.output and "not a readable Parquet file" in r.output, r.output
+    part = next(out.glob("acc/*/part.parquet"))  # the summary reads the accumulators
     part.write_bytes(b"garbage")
     r = invoke("reduce", out)
     assert r.exit_code == 2 and str(part) in r.output and "not a readable Parquet file" in r.output
@@ -341,9 +345,9 @@ def test_reduce_with_no_samples_at_all_is_refused(grid_file, tmp_path, fake):
     assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
     import shutil
 
-    shutil.rmtree(out / "samples")
+    shutil.rmtree(out / "acc")
     r = invoke("reduce", out, "--allow-partial")
-    assert r.exit_code == 2 and "no cell has samples" in r.output
+    assert r.exit_code == 2 and "no cell is complete" in r.output
 
 
 def test_an_open_loop_beyond_capacity_names_the_rate(tmp_path):

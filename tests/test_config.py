@@ -360,3 +360,23 @@ def test_bad_tier_variants_name_the_key(tiers, path):
     with pytest.raises(ConfigError) as err:
         loads_grid(text).cells()
     assert err.value.path == path
+
+
+@pytest.mark.parametrize(
+    "value,keep", [(None, None), ('"all"', None), ('"none"', 0), ("0", 0), ("25", 25), ("100000", 48)]
+)
+def test_run_samples_says_how_many_requests_are_kept(value, keep):
+    text = SMALL if value is None else SMALL.replace("warmup = 8", f"warmup = 8\nsamples = {value}")
+    assert loads_grid(text).run.keep() == keep  # at most the measured requests
+
+
+@pytest.mark.parametrize("value", ['"some"', "-3", "true", "2.5", "[1]"])
+def test_bad_run_samples_names_the_key(value):
+    with pytest.raises(ConfigError) as e:
+        loads_grid(SMALL.replace("warmup = 8", f"warmup = 8\nsamples = {value}"))
+    assert e.value.path == "run.samples"
+
+
+def test_a_misspelt_run_key_still_gets_a_suggestion():
+    with pytest.raises(ConfigError, match="did you mean 'samples'"):
+        loads_grid(SMALL.replace("warmup = 8", 'warmup = 8\nsample = "none"'))

@@ -363,6 +363,28 @@ def test_slot_pricing_hungarian_equals_brute_force():
             assert ph.opt[rep] == pytest.approx(want, rel=1e-12), (cost, rep)
 
 
+def test_compiled_router_pricing_equals_the_generic_one_bit_for_bit():
+    from poa_mc.estimators import slot_priced_opt
+
+    rng = np.random.default_rng(5)
+    w, n, k, slots = 40, 8, 3, 8
+    f_tok = rng.normal(200, 150, (w, n, k))  # some below 0: the clipping
+    f_blk = rng.normal(10, 8, (w, n, k))
+    a_tok, a_blk = rng.uniform(0, 300, (w, k)), rng.uniform(0, 12, (w, k))
+    t_tok, t_blk = rng.integers(0, 3, (w, k)).astype(float), rng.integers(0, 3, (w, k)).astype(float)
+
+    def price(t, b, i):
+        return router_cost(t, b, 16, 1.5)
+
+    args = (f_tok, f_blk, a_tok, a_blk, price, slots)
+    kw = dict(transient_tok=t_tok, transient_blk=t_blk)
+    generic = slot_priced_opt(*args, **kw)
+    np.testing.assert_array_equal(slot_priced_opt(*args, **kw, router=(1.5, 16)), generic)
+    f_tok[7, 2, 1] = np.nan  # a non-finite price: the generic path names the window
+    with pytest.raises(ValueError, match="window 7"):
+        slot_priced_opt(*args, **kw, router=(1.5, 16))
+
+
 def test_frozen_pricing_is_the_previous_estimator():
     # pricing="frozen" must be exactly: realized = cost(recorded), OPT on cost(freeze_load(...))
     # with ceil(window / K) slots.

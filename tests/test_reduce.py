@@ -106,15 +106,15 @@ def test_incomplete_and_foreign_cells(tmp_path, run_dir):
 
     part = tmp_path / "part"
     shutil.copytree(run_dir, part)
-    victim = min((part / "samples").iterdir())
+    victim = min((part / "acc").iterdir())  # a cell's commit point
     shutil.rmtree(victim)
     with pytest.raises(IncompleteRunError, match="1 of 8 cells"):
         reduce_run(part)
     summary, poa = reduce_run(part, allow_partial=True)
     assert summary.height == 7 and poa.height == 3
     shutil.copytree(
-        run_dir / "samples" / min(p.name for p in (run_dir / "samples").iterdir()),
-        part / "samples" / "cell_id=cdeadbeef000",
+        run_dir / "acc" / min(p.name for p in (run_dir / "acc").iterdir()),
+        part / "acc" / "cell_id=cdeadbeef000",
     )
     with pytest.raises(RunDirError, match="another grid"):
         reduce_run(part, allow_partial=True)
@@ -162,7 +162,8 @@ def _decode_stage_frame(decided: list[float], blocks: list[list[float]], chosen:
 def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
     import dataclasses
 
-    from poa_mc.reduce import _poa_hat_stage
+    from poa_mc.accumulate import poa_hat_sums
+    from poa_mc.reduce import samples_to_columns
     from poa_mc.spec import ClusterSpec, PolicySpec, ProfileSpec
 
     # four decode decisions, all sent to worker 0, in the order seq 1, 3, 0, 2 (prefill ends);
@@ -170,53 +171,56 @@ def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
     # [8, 2]. ACTUAL = 2 + 4 + 6 + 8 = 20; OPT puts two on each worker: 2 + 4 + 2 + 4 = 12
     by_decision = {1: [2.0, 2.0], 3: [4.0, 2.0], 0: [6.0, 2.0], 2: [8.0, 2.0]}
     df = _decode_stage_frame([3.0, 1.0, 4.0, 2.0], [by_decision[i] for i in range(4)], [0, 0, 0, 0])
+    cols = samples_to_columns(df.with_columns(ttft_ms=pl.lit(1.0), isl=pl.lit(128)))
     spec = {
         "cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2)),
         "policy": dataclasses.asdict(PolicySpec()),
         "profile": dataclasses.asdict(ProfileSpec()),
     }
     poa = {"window": 4, "cost": "router", "stage": "auto", "pricing": "slot"}
-    row: dict = {}
-    isl = np.full((1, 4), 128)
-    _poa_hat_stage(row, df, spec, poa, 1, 4, isl, np.ones((1, 4)))
-    assert row["poa_stage"] == "decode" and row["poa_candidates"] == 2
-    assert row["poa_hat"] == pytest.approx(20 / 12)
+    actual, opt, windows = poa_hat_sums(cols, spec, poa)
+    assert windows == 1 and actual[0] / opt[0] == pytest.approx(20 / 12)
     # the prefill decision has one candidate: no game, no number
-    row = {}
-    _poa_hat_stage(row, df, spec, {**poa, "stage": "prefill"}, 1, 4, isl, np.ones((1, 4)))
-    assert row["poa_candidates"] == 1 and math.isnan(row["poa_hat"]) and row["poa_hat_windows"] == 0
+    actual, opt, windows = poa_hat_sums(cols, spec, {**poa, "stage": "prefill"})
+    assert windows == 0 and np.isnan(actual).all() and np.isnan(opt).all()
 
 
 def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     import dataclasses
 
-    from poa_mc.reduce import _nan_quantile, _slo_stats, _worker_stats
+    from poa_mc import sketch
+    from poa_mc.accumulate import accumulate
+    from poa_mc.reduce import _slo_stats, _worker_stats
     from poa_mc.spec import ClusterSpec
 
     # two replicas of 4 requests; ITL is undefined for the one-token answers (osl = 1)
     itl = np.array([[5.0, 10.0, 99.0, 20.0], [7.0, 8.0, 9.0, 99.0]])
-    gaps = np.array([[9, 9, 0, 9], [9, 9, 9, 0]])
-    q50 = _nan_quantile(np.where(gaps > 0, itl, np.nan), 0.5)
-    np.testing.assert_allclose(q50, [10.0, 8.0])  # nearest rank over the 3 defined values
+    osl = np.array([[10, 10, 1, 10], [10, 10, 10, 1]])
     ttft = np.array([[100.0, 300.0, 50.0, 100.0], [100.0, 100.0, 100.0, 900.0]])
-    row: dict = {}
-    _slo_stats(row, {"ttft_ms": 200.0, "itl_ms": 15.0}, ttft, itl, gaps, 4, np.array([2.0, 4.0]))
+    cols = {"ttft_ms": ttft, "e2e_ms": ttft + 90 * itl, "itl_ms": itl, "osl": osl}
+    spec = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))}
+    acc = accumulate(cols, {}, spec, {"window": 4}, {"ttft_ms": 200.0, "itl_ms": 15.0})
+    q50 = sketch.quantile(acc["hist_itl"], 0.5, acc["min_itl"], acc["max_itl"])
+    np.testing.assert_allclose(q50, [10.0, 8.0], rtol=sketch.RESOLUTION)  # nearest rank of the 3 defined
+    assert acc["n_itl"].tolist() == [3, 3] and acc["max_itl"].tolist() == [20.0, 9.0]
     # met: replica 0 -> requests 0 and 2 (1: TTFT, 3: ITL); replica 1 -> 0, 1, 2 (3: TTFT)
+    assert acc["slo_met"].tolist() == [2, 3]
+    row: dict = {}
+    _slo_stats(row, acc["slo_met"], 4, np.array([2.0, 4.0]))
     assert row["slo_attainment"] == pytest.approx((2 / 4 + 3 / 4) / 2)
     assert row["goodput_rps"] == pytest.approx((2 / 2.0 + 3 / 4.0) / 2)
     row = {}
-    _slo_stats(row, {}, ttft, itl, gaps, 4, np.array([2.0, 4.0]))
+    _slo_stats(row, accumulate(cols, {}, spec, {"window": 4}, {})["slo_met"], 4, np.array([2.0, 4.0]))
     assert math.isnan(row["slo_attainment"]) and math.isnan(row["goodput_rps"])  # no [slo]: null
 
-    spec = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))}
     rep = {"prefill_busy_ms": 50.0, "decode_busy_ms": 150.0, "decode_batch_ms": 600.0,
            "decode_kv_block_ms": 5000.0, "measured_ms": 100.0}  # fmt: skip
-    df = pl.DataFrame({f"replica_{k}": [v] * 3 for k, v in rep.items()})
+    acc = {f"replica_{k}": np.array([v]) for k, v in rep.items()}
     row = {}
-    _worker_stats(row, df, spec, 1, 3)
+    _worker_stats(row, acc, spec)
     assert row["prefill_util"] == pytest.approx(0.5) and row["decode_util"] == pytest.approx(0.75)
     assert row["decode_batch_mean"] == pytest.approx(3.0) and row["kv_occupancy_mean"] == pytest.approx(0.25)
     spec["cluster"]["flow"] = "aggregated"  # no prefill pool: no prefill utilisation
     row = {}
-    _worker_stats(row, df, spec, 1, 3)
+    _worker_stats(row, acc, spec)
     assert math.isnan(row["prefill_util"]) and row["decode_util"] == pytest.approx(0.75)

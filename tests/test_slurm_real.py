@@ -159,7 +159,7 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     cells_v = sorted(c for c, k in shard_of.items() if k == victim)
 
     def done(cells: Sequence[str]) -> list[str]:
-        return [c for c in cells if (out / "samples" / f"cell_id={c}" / "part.parquet").exists()]
+        return [c for c in cells if (out / "acc" / f"cell_id={c}" / "part.parquet").exists()]
 
     wait_for(f"a first cell of shard {victim}", lambda: done(cells_v), DEADLINE_S / 2, cluster, interval=0.05)
     phase(f"first cell of shard {victim} done", t_start)
@@ -167,7 +167,7 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     wait_for(f"task {array1}_{victim} to end", lambda: not cluster.queued([f"{array1}_{victim}"]), 60, cluster)
     finished_before = done(cells_v)
     assert 0 < len(finished_before) < len(cells_v), f"shard {victim} was not cut mid-run: {finished_before}"
-    stamps = {c: (out / "samples" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns for c in finished_before}
+    stamps = {c: (out / "acc" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns for c in finished_before}
 
     st = cluster.poa("status", out, "--json")
     status = json.loads(st.stdout)
@@ -207,7 +207,7 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     cluster.run(["scontrol", "update", f"JobId={array1}_{rq}", "StartTime=now"])
     first_attempt = log_rq.read_text()
     assert "exited with status" not in first_attempt, f"shard {rq} was not cut mid-run:\n{first_attempt}"
-    stamps.update({c: (out / "samples" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns for c in done(cells_rq)})
+    stamps.update({c: (out / "acc" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns for c in done(cells_rq)})
 
     # 4. Wait for everything (both arrays, both reduce jobs).
     all_jobs = [array1, reduce1, array2, reduce2]
@@ -231,7 +231,7 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
                     f"{acct.stdout}{acct.stderr}\n{cluster.logs()}", pytrace=False)  # fmt: skip
     # Finished cells stood: neither the requeued attempt nor the resubmission rewrote them.
     for c, ns in stamps.items():
-        assert (out / "samples" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns == ns, f"cell {c} rewritten"
+        assert (out / "acc" / f"cell_id={c}" / "part.parquet").stat().st_mtime_ns == ns, f"cell {c} rewritten"
 
     st = cluster.poa("status", out, "--json")
     status = json.loads(st.stdout)
@@ -246,9 +246,10 @@ def test_array_kill_resubmit_reduce_equals_local_run(cluster: Cluster, tmp_path:
     cells_local = sorted(p.name for p in (local / "samples").iterdir())
     assert cells_slurm == cells_local and len(cells_slurm) == len(shard_of)
     for cell in cells_slurm:
-        a = read_frame(out / "samples" / cell / "part.parquet")
-        b = read_frame(local / "samples" / cell / "part.parquet")
-        assert a.equals(b, null_equal=True), f"samples of {cell} differ"
+        for kind in ("samples", "acc"):
+            a = read_frame(out / kind / cell / "part.parquet")
+            b = read_frame(local / kind / cell / "part.parquet")
+            assert a.equals(b, null_equal=True), f"{kind} of {cell} differ"
 
     # 6. Shards of another run are refused, naming the difference: by submit (another seed into
     # this DIR) and by reduce (a cell written under another fingerprint).

@@ -225,7 +225,7 @@ def test_good_times(good: str) -> None:
 
 
 def mark_done(out: Path, cell: str) -> None:
-    d = out / "samples" / f"cell_id={cell}"
+    d = out / "acc" / f"cell_id={cell}"  # a cell's commit point
     d.mkdir(parents=True, exist_ok=True)
     (d / "part.parquet").write_bytes(b"PAR1")
 

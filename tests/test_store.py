@@ -57,7 +57,7 @@ def test_prepare_refuses_a_foreign_nonempty_dir(tmp_path):
         _prepare(tmp_path)
 
 
-def test_cell_commit_point_is_the_samples_file(tmp_path):
+def test_cell_commit_point_is_the_accumulators_file(tmp_path):
     grid, run_dir, _ = _prepare(tmp_path)
     fp = run_dir.read_manifest()["fingerprint"]
     cid = grid.cells()[0].cell_id
@@ -68,7 +68,12 @@ def test_cell_commit_point_is_the_samples_file(tmp_path):
         {"seq": np.zeros((2, 3), np.int64), "ttft_ms": np.ones((2, 3))},
         {"cand_tokens": np.ones((2, 3, 2)), "chosen": np.zeros((2, 3), np.int32)},
     )
-    run_dir.write_cell(cid, df, {"fingerprint": fp, "wall_s": 1.0})
+    # samples written, accumulators not yet (a run killed in between): not complete either
+    run_dir.write_cell(cid, pl.DataFrame({"n": [3, 3]}), {"fingerprint": fp, "wall_s": 1.0}, df)
+    assert run_dir.complete_cells(fp) == {cid}
+    run_dir.acc_path(cid).unlink()
+    assert run_dir.complete_cells(fp) == set()
+    run_dir.write_cell(cid, pl.DataFrame({"n": [3, 3]}), {"fingerprint": fp, "wall_s": 1.0}, df)
     assert run_dir.complete_cells(fp) == {cid}
     assert run_dir.complete_cells("other") == set()
     back = run_dir.read_samples(cid)

@@ -1,0 +1,58 @@
+"""Log-binned histograms: per-replica latency quantiles without keeping the requests.
+
+Bin 0 holds values below LO_MS (zero included); bin i >= 1 holds [LO_MS * GAMMA**(i-1),
+LO_MS * GAMMA**i); the last bin also takes everything at or above HI_MS. A quantile is the
+nearest-rank one (numpy's `inverted_cdf`: the ceil(q n)-th smallest value): the bin holding that
+rank, reported at its geometric middle LO_MS * GAMMA**(i - 1/2) and clipped to the replica's
+exact minimum and maximum (which are what the first and the last rank report). Between LO_MS
+and HI_MS the reported value is within RESOLUTION = sqrt(GAMMA) - 1 = 0.499% of the exact
+nearest-rank quantile (relative); outside that range it is the exact extreme on that side.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+GAMMA = 1.01
+LO_MS = 1e-3  # 1 microsecond
+HI_MS = 1e8  # about 28 hours
+NBINS = 2 + math.ceil(math.log(HI_MS / LO_MS) / math.log(GAMMA))
+RESOLUTION = math.sqrt(GAMMA) - 1.0
+_LOG_G = math.log(GAMMA)
+
+
+def bin_of(x: np.ndarray) -> np.ndarray:
+    """Bin index of each value (int64, same shape); NaN is not allowed."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        i = np.floor(np.log(np.maximum(x, LO_MS * 0.5) / LO_MS) / _LOG_G).astype(np.int64) + 1
+    return np.clip(i, 0, NBINS - 1)
+
+
+def histograms(x: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """(R, NBINS) int32 counts of the rows of x (R, N); `keep` (R, N) bool selects entries."""
+    r = x.shape[0]
+    b = bin_of(x) + (np.arange(r, dtype=np.int64) * NBINS)[:, None]
+    flat = b.reshape(-1) if keep is None else b[keep]
+    return np.bincount(flat, minlength=r * NBINS).reshape(r, NBINS).astype(np.int32)
+
+
+def bin_value(i: np.ndarray) -> np.ndarray:
+    """The value a bin stands for: its geometric middle (bin 0: 0)."""
+    i = np.asarray(i, dtype=np.float64)
+    return np.where(i > 0, LO_MS * np.exp((i - 0.5) * _LOG_G), 0.0)
+
+
+def quantile(hist: np.ndarray, q: float, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(R,) nearest-rank q-quantile of each row's histogram, clipped to [lo, hi] (the exact
+    minimum and maximum of the row); NaN for an empty row."""
+    hist = np.asarray(hist)
+    n = hist.sum(axis=1)
+    k = np.maximum(np.ceil(q * n - 1e-9 * n), 1)  # the rank numpy's inverted_cdf takes
+    cum = np.cumsum(hist, axis=1)
+    i = (cum < k[:, None]).sum(axis=1)
+    v = np.clip(bin_value(np.minimum(i, NBINS - 1)), lo, hi)
+    v = np.where(k <= 1, lo, np.where(k >= n, hi, v))  # the first and last ranks are known exactly
+    return np.where(n > 0, v, np.nan)

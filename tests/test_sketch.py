@@ -1,0 +1,52 @@
+import math
+
+import numpy as np
+import pytest
+
+from poa_mc import sketch
+
+
+def _exact(x, q):
+    return np.quantile(x, q, axis=1, method="inverted_cdf")  # nearest rank
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 99, 1000, 2001])
+def test_quantiles_are_within_the_documented_resolution_of_the_nearest_rank(n):
+    rng = np.random.default_rng(n)
+    x = np.concatenate([rng.lognormal(3.0, 2.0, (20, n)), rng.exponential(50.0, (20, n))])
+    x[:5] = np.ceil(x[:5])  # ties
+    h = sketch.histograms(x)
+    assert h.shape == (40, sketch.NBINS) and (h.sum(axis=1) == n).all()
+    for q in (0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0):
+        got = sketch.quantile(h, q, x.min(axis=1), x.max(axis=1))
+        exact = _exact(x, q)
+        assert np.all(np.abs(got / exact - 1) <= sketch.RESOLUTION), q
+    # the extremes are exact (clipped to the row's min and max)
+    np.testing.assert_array_equal(sketch.quantile(h, 0.0, x.min(1), x.max(1)), x.min(1))
+    np.testing.assert_array_equal(sketch.quantile(h, 1.0, x.min(1), x.max(1)), x.max(1))
+
+
+def test_resolution_is_at_most_half_a_percent():
+    assert sketch.RESOLUTION <= 0.005
+    # a bin's middle is within RESOLUTION of both of its edges
+    i = np.arange(1, sketch.NBINS - 1)
+    lo = sketch.LO_MS * sketch.GAMMA ** (i - 1.0)
+    hi = lo * sketch.GAMMA
+    mid = sketch.bin_value(i)
+    assert np.all(mid / lo - 1 <= sketch.RESOLUTION + 1e-12) and np.all(1 - mid / hi <= sketch.RESOLUTION + 1e-12)
+    assert (sketch.bin_of(lo * (1 + 1e-9)) == i).all()
+
+
+def test_out_of_range_values_masks_and_empty_rows():
+    x = np.array([[0.0, 1e-6, 5.0, 1e9], [3.0, 3.0, 3.0, 3.0]])
+    h = sketch.histograms(x)
+    assert h[0, 0] == 2 and h[0, -1] == 1  # below LO_MS (zero included), above HI_MS
+    lo, hi = x.min(1), x.max(1)
+    assert sketch.quantile(h, 0.25, lo, hi)[0] == 0.0  # the underflow bin stands for 0, clipped to min
+    assert sketch.quantile(h, 1.0, lo, hi)[0] == 1e9
+    assert sketch.quantile(h, 0.5, lo, hi)[1] == 3.0  # one value: clipped to exactly it
+    keep = np.array([[False] * 4, [True, True, False, False]])
+    hk = sketch.histograms(x, keep)
+    assert hk.sum(axis=1).tolist() == [0, 2]
+    got = sketch.quantile(hk, 0.5, np.array([np.inf, 3.0]), np.array([-np.inf, 3.0]))
+    assert math.isnan(got[0]) and got[1] == 3.0
