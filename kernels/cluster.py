@@ -108,6 +108,8 @@ from .layout import (
     RESV_HELD,
     RESV_PENDING,
     RF_FIRST_ARR,
+    RF_INFL,
+    RF_INFL_T,
     RF_LAST_DONE,
     RF_OMEGA,
     RF_TAU,
@@ -257,6 +259,16 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
             else:
                 lo = mid + 1
         return lo
+
+    @jit_inline
+    def count_in_flight(ip, rep_i, rep_f, r, t, delta):
+        """Requests in flight change by delta at t: RF_INFL gains the old count x the time since the
+        last change, once the first measured request has arrived (Little's law: throughput is the
+        mean in flight over the mean time in flight, poa_mc.reduce)."""
+        if rep_i[r, RI_SEQ] > ip[P_WARM]:
+            rep_f[r, RF_INFL] += rep_i[r, RI_INFLIGHT] * (t - rep_f[r, RF_INFL_T])
+        rep_f[r, RF_INFL_T] = t
+        rep_i[r, RI_INFLIGHT] += delta
 
     @jit_inline
     def cache_row(ip, w):
@@ -867,8 +879,8 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         if pfx < 0:
             pfx = np.int64(math.floor(fp[F_RATIO] * isl)) // bs
         seq = rep_i[r, RI_SEQ]
+        count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on
         rep_i[r, RI_SEQ] = seq + 1
-        rep_i[r, RI_INFLIGHT] += 1
         slot_i[r, s, SI_SEQ] = seq
         slot_i[r, s, SI_ISL] = isl
         slot_i[r, s, SI_OSL] = osl
@@ -1126,7 +1138,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
             rep_i[r, RI_DONE_MEAS] += 1
             rep_f[r, RF_LAST_DONE] = t
         slot_i[r, s, SI_STATE] = ST_FREE
-        rep_i[r, RI_INFLIGHT] -= 1
+        count_in_flight(ip, rep_i, rep_f, r, t, -1)
         if ip[P_ARRIVAL] == 0:
             c = np.int64(slot_i[r, s, SI_CLIENT])
             wake = t

@@ -372,7 +372,9 @@ RF_PL_ST = 20  # planner: TTFT summed over RI_PL_NT first tokens, ms
 RF_PL_ST2 = 21  # planner: ... over RI_PL_NT2
 RF_PL_SG = 22  # planner: inter-token time summed over RI_PL_NG gaps, ms
 RF_TTAU = 23  # trace, timestamps replay: the replica's time offset into the trace, trace ms
-NRF = 24
+RF_INFL = 24  # requests in flight x time over the measurement window, ms (closed at RF_INFL_T)
+RF_INFL_T = 25  # when the in-flight count last changed
+NRF = 26
 
 # ---- outputs ----
 OF_ARR = 0

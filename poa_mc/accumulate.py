@@ -15,6 +15,7 @@ only through these numbers. The table below is the one definition of the accumul
 | n_itl                          | int64        | requests with osl > 1 (ITL quantiles' base)   |
 | slo_met                        | int64        | requests within every [slo] bound (-1: none)  |
 | min_<m>, max_<m>               | float64      | exact extremes of m in SKETCHED               |
+| first_arrival_ms, last_arrival_ms | float64   | the first and the last measured arrival       |
 | hist_<m>                       | int32[NBINS] | log-binned histogram of m (poa_mc.sketch)     |
 | poa_actual, poa_opt            | float64      | PoA-hat window sums (NaN: no game)            |
 | poa_windows                    | int64        | PoA-hat windows of the replica                |
@@ -86,6 +87,9 @@ def accumulate(
     has_gap = gaps > 0
     acc["n_itl"] = has_gap.sum(axis=1).astype(np.int64)
     acc["slo_met"] = _slo_met(slo or {}, ttft, itl, gaps)
+    if "arrival_ms" in cols:
+        arrival = np.asarray(cols["arrival_ms"], dtype=np.float64)
+        acc["first_arrival_ms"], acc["last_arrival_ms"] = arrival.min(axis=1), arrival.max(axis=1)
     for name in SKETCHED:
         x = ttft if name == "ttft_ms" else itl if name == "itl_ms" else np.asarray(cols[name], dtype=np.float64)
         keep = has_gap if name == "itl_ms" else None  # ITL quantiles: requests with a gap to time

@@ -206,11 +206,12 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     # met: replica 0 -> requests 0 and 2 (1: TTFT, 3: ITL); replica 1 -> 0, 1, 2 (3: TTFT)
     assert acc["slo_met"].tolist() == [2, 3]
     row: dict = {}
-    _slo_stats(row, acc["slo_met"], 4, np.array([2.0, 4.0]))
+    rate = (np.array([4.0, 8.0]), np.array([2.0, 4.0]))  # requests in flight, mean time in flight (s)
+    _slo_stats(row, acc["slo_met"], 4, *rate)
     assert row["slo_attainment"] == pytest.approx((2 / 4 + 3 / 4) / 2)
-    assert row["goodput_rps"] == pytest.approx((2 / 2.0 + 3 / 4.0) / 2)
+    assert row["goodput_rps"] == pytest.approx((4 * 2 / 4 + 8 * 3 / 4) / (2.0 + 4.0))  # a ratio of sums
     row = {}
-    _slo_stats(row, accumulate(cols, {}, spec, {"window": 4}, {})["slo_met"], 4, np.array([2.0, 4.0]))
+    _slo_stats(row, accumulate(cols, {}, spec, {"window": 4}, {})["slo_met"], 4, *rate)
     assert math.isnan(row["slo_attainment"]) and math.isnan(row["goodput_rps"])  # no [slo]: null
 
     rep = {"prefill_busy_ms": 50.0, "decode_busy_ms": 150.0, "decode_batch_ms": 600.0,
@@ -224,3 +225,28 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     row = {}
     _worker_stats(row, acc, spec)
     assert math.isnan(row["prefill_util"]) and row["decode_util"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("clients,think,n", [(16, 0.0, 100), (8, 5.0, 200)])
+def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, think, n):
+    """Mean value analysis of a closed loop (one exponential server of 1 ms, clients thinking
+    `think` ms): X = clients / (R + Z). Short runs estimate it without the C / n bias of requests
+    over first arrival -> last completion (-12% at 16 clients and 100 requests per replica)."""
+    import dataclasses
+
+    from poa_mc.accumulate import accumulate
+    from poa_mc.engine import simulate
+    from poa_mc.estimators import ratio_interval
+    from poa_mc.reduce import _request_rate
+    from tests.test_engine_theory import mva_response, queue_cell
+
+    spec = queue_cell(1, clients=clients, think_ms=think)
+    res = simulate(spec, replicas=400, requests=n, warmup=200, seed=21, stream=0)
+    acc = accumulate(res.samples, res.replica, dataclasses.asdict(spec), {"window": 4})
+    x = clients / (mva_response(clients, 1.0, think) + think) * 1000.0  # per second
+    est = ratio_interval(*_request_rate(acc, n))
+    se = (est.hi - est.lo) / (2 * 1.96)
+    assert abs(est.value - x) <= 4 * se, (est, x)
+    if clients == 16:  # the old estimator, far outside its own standard error
+        old = n / (res.replica["window_ms"] / 1000.0)
+        assert (x - old.mean()) > 10 * old.std(ddof=1) / np.sqrt(old.size) and old.mean() / x < 0.9
