@@ -73,25 +73,25 @@ def accumulate(
     (SimResult.samples and .candidates in one dict); replica: SimResult.replica; spec: the cell's
     spec as a dict (cells.parquet's spec_json); logs: SimResult.extra's switch_log / move_log.
     """
-    ttft = np.asarray(cols["ttft_ms"], dtype=np.float64)
+    ttft = _dense(cols["ttft_ms"])
     r, n = ttft.shape
     acc: dict[str, np.ndarray] = {"n": np.full(r, n, dtype=np.int64)}
-    osl = np.asarray(cols["osl"], dtype=np.float64)
+    osl = _dense(cols["osl"])
     gaps = np.maximum(osl - 1, 0)
     for name in SUMMED:
         if name in cols:
-            acc[f"sum_{name}"] = np.asarray(cols[name], dtype=np.float64).sum(axis=1)
-    itl = np.asarray(cols["itl_ms"], dtype=np.float64)
+            acc[f"sum_{name}"] = _dense(cols[name]).sum(axis=1)
+    itl = _dense(cols["itl_ms"])
     acc["sum_itl_gaps"] = (itl * gaps).sum(axis=1)
     acc["sum_gaps"] = gaps.sum(axis=1)
     has_gap = gaps > 0
     acc["n_itl"] = has_gap.sum(axis=1).astype(np.int64)
     acc["slo_met"] = _slo_met(slo or {}, ttft, itl, gaps)
     if "arrival_ms" in cols:
-        arrival = np.asarray(cols["arrival_ms"], dtype=np.float64)
+        arrival = _dense(cols["arrival_ms"])
         acc["first_arrival_ms"], acc["last_arrival_ms"] = arrival.min(axis=1), arrival.max(axis=1)
     for name in SKETCHED:
-        x = ttft if name == "ttft_ms" else itl if name == "itl_ms" else np.asarray(cols[name], dtype=np.float64)
+        x = ttft if name == "ttft_ms" else itl if name == "itl_ms" else _dense(cols[name])
         keep = has_gap if name == "itl_ms" else None  # ITL quantiles: requests with a gap to time
         m = name.removesuffix("_ms")
         masked_lo = np.where(keep, x, np.inf) if keep is not None else x
@@ -112,6 +112,13 @@ def accumulate(
             for i, name in enumerate(names):
                 acc[name] = np.asarray(log[:, :, i], dtype=np.float64)
     return acc
+
+
+def _dense(x: np.ndarray) -> np.ndarray:
+    """A per-request column as a C-ordered float64 array: numpy's pairwise sums then add in one
+    order whatever layout the kernels' outputs came in (a strided view, a device copy), so a
+    replica's sums are the same bits on either target and in any batch."""
+    return np.ascontiguousarray(x, dtype=np.float64)
 
 
 def _slo_met(slo: dict[str, Any], ttft: np.ndarray, itl: np.ndarray, gaps: np.ndarray) -> np.ndarray:

@@ -260,6 +260,17 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.candidates[k], b.candidates[k], equal_nan=True), (flow, k)
             for k in a.replica:
                 assert np.array_equal(a.replica[k], b.replica[k]), (flow, pol, k)
+            if pol in ("kv", "adaptive", "planner") and flow == "prefill_first":
+                # the streaming reduction: the same accumulators from either target, nothing kept
+                import dataclasses
+                from poa_mc.accumulate import accumulate
+                poa = {"window": 4, "cost": "router", "pricing": "slot"}
+                red = lambda c, rep, lg, d=dataclasses.asdict(spec): accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
+                sa = simulate(spec, backend="cpu", keep=0, reduce=red, **kw)
+                sb = simulate(spec, backend="cuda", keep=0, reduce=red, **kw)
+                assert sa.acc and set(sa.acc) == set(sb.acc), pol
+                for k in sa.acc:
+                    assert np.array_equal(sa.acc[k], sb.acc[k], equal_nan=True), (pol, k)
             if pol == "tiers":  # hits in both lower tiers, and their copies timed
                 assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
                 assert a.samples["onboard_ms"].max() > 0
