@@ -42,6 +42,7 @@ SUMMED = (
     "cached_g2", "cached_g3",
 )  # fmt: skip
 SKETCHED = ("ttft_ms", "e2e_ms", "itl_ms")
+ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8  # a replica's row: histograms and ~64 numbers
 POA_KEYS = ("stage", "window", "slots", "cost", "overlap_weight", "freeze", "pricing")
 SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
 MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made

@@ -529,8 +529,8 @@ def simulate(
     logs as in SimResult) and returns a dict of (nr, ...) arrays; SimResult.acc holds them for all
     replicas, in replica order. `keep` (None: all) is how many measured requests of each replica
     SimResult.samples and .candidates keep (the first ones). With `reduce`, or fewer than all kept,
-    the replicas run in batches of about STREAM_BATCH_BYTES: with nothing kept, memory stays flat
-    in the number of replicas.
+    the replicas run in batches of about STREAM_BATCH_BYTES on the CPU (an eighth of the host's
+    memory on CUDA): with nothing kept, memory is flat in the number of requests per replica.
     """
     if replicas < 1:
         raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
@@ -570,7 +570,10 @@ def simulate(
     if streaming:  # one batch's per-request arrays at a time, reduced as it leaves the kernels
         # the kernels' arrays of a batch, and as much again for what its reduction computes
         per_rep_streamed = per_rep + 2 * requests * result_bytes_per_request(n_workers, record_candidates)
-        batch = max(1, min(replicas, budget // per_rep, STREAM_BATCH_BYTES // per_rep_streamed))
+        # a GPU needs tens of thousands of replicas per launch to be busy: its batches may take an
+        # eighth of the host's memory (the batch is reduced on the host)
+        cap = STREAM_BATCH_BYTES if backend == "cpu" else max(STREAM_BATCH_BYTES, _available_memory() // 8)
+        batch = max(1, min(replicas, budget // per_rep, cap // per_rep_streamed))
     else:
         batch = max(1, min(replicas, budget // per_rep))
     n_batches = -(-replicas // batch)

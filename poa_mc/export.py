@@ -120,7 +120,7 @@ def _sample_files(run_dir: Path) -> list[tuple[str, Path]]:
     out = []
     for cid in order:
         p = run_dir / "samples" / f"cell_id={cid}" / "part.parquet"
-        if p.is_file():
+        if p.is_file() and (run_dir / "acc" / f"cell_id={cid}" / "part.parquet").is_file():  # complete cells
             out.append((cid, p))
     return out
 

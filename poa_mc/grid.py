@@ -229,6 +229,7 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
     one replica's kernel state must fit the engine's batch budget (half the available memory),
     and a cell's kept per-request samples ([run] samples) are held twice (arrays and the samples
     frame) beside one streaming batch of state. Raises ConfigError naming run.requests or run.replicas."""
+    from poa_mc.accumulate import ACC_ROW_BYTES
     from poa_mc.config import ConfigError
     from poa_mc.engine import STREAM_BATCH_BYTES, available_memory, memory_plan
 
@@ -247,12 +248,14 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
         keep = run.keep()
         kept = run.requests if keep is None else keep
         batch_state = min(run.replicas * plan["state"], avail // 2, max(plan["state"], STREAM_BATCH_BYTES))
-        need = 2 * plan["results"] * kept // run.requests + batch_state  # only the kept requests stay
+        # only the kept requests stay; every replica's accumulator row (its histograms) is held a
+        # few times over (the batches' rows, joined, then as a frame)
+        need = 2 * plan["results"] * kept // run.requests + batch_state + 3 * run.replicas * ACC_ROW_BYTES
         if need > avail:
             raise ConfigError(
                 "run.replicas",
                 f"{run.replicas} replicas x {kept} kept requests of {cell.label()} need about {need / gib:.1f} GiB "
-                f"for their samples, more than the {avail / gib:.1f} GiB available here; keep fewer "
+                f"for their samples and accumulators, more than the {avail / gib:.1f} GiB available here; keep fewer "
                 '(run.samples = "none" or a number), lower run.replicas or run.requests, '
                 "or split the grid with --shard",
             )

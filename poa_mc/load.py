@@ -47,16 +47,17 @@ class Run:
     def samples(self) -> pl.LazyFrame:
         import polars as pl
 
-        files = sorted((self.path / "samples").glob("cell_id=*/part.parquet"))
+        # complete cells only: a samples file whose accumulators were never written is a killed run's
+        files = [
+            f
+            for f in sorted((self.path / "samples").glob("cell_id=*/part.parquet"))
+            if (self.path / "acc" / f.parent.name / "part.parquet").exists()
+        ]
         if not files:
             return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
         schemas = {str(_schema(f)) for f in files}  # footers only
         if len(schemas) == 1:
-            return pl.scan_parquet(
-                self.path / "samples" / "cell_id=*" / "part.parquet",
-                hive_partitioning=True,
-                hive_schema={"cell_id": pl.String},
-            )
+            return pl.scan_parquet(files, hive_partitioning=True, hive_schema={"cell_id": pl.String})
         # cells of other topologies have candidate arrays of other widths (one column per worker):
         # read as variable-length lists, so that every cell fits one frame
         frames = []

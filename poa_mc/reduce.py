@@ -246,7 +246,7 @@ def reduce_run(
     overrides: dict[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Rebuild summary.parquet and poa.parquet from the samples of a run directory.
+    """Rebuild summary.parquet and poa.parquet from the accumulators of a run directory.
 
     `overrides` replaces [poa] keys (window, slots, cost, social_cost, overlap_weight, freeze)
     for this reduction. Raises IncompleteRunError when cells are missing (unless allow_partial:
@@ -281,6 +281,11 @@ def reduce_run(
         )
     missing = known - on_disk
     if not on_disk:
+        if run_dir.samples_dir.exists() and any(run_dir.samples_dir.iterdir()):
+            raise RunDirError(
+                f"{run_dir.root}: samples without accumulators (acc/): written by a poa-mc before 0.2.0, "
+                "which this one cannot summarise; run the grid again into a new directory"
+            )
         raise IncompleteRunError(f"{run_dir.acc_dir}: no cell is complete yet; nothing to summarise")
     if missing and not allow_partial:
         raise IncompleteRunError(
@@ -338,10 +343,10 @@ def _cell_acc(
         return from_frame(run_dir.read_acc(cid))
     if meta.get("samples", "all") != "all" or not run_dir.sample_path(cid).exists():
         changed = sorted(set(overrides or {}) & set(POA_KEYS))
-        key = f"poa.{changed[0]}" if changed else "poa"
+        key = f"poa.{changed[0]}" if changed else _changed_key(meta.get("acc_settings"), wanted)
         raise RunDirError(
             f"{key}: cell {cid} kept {meta.get('samples', 'no')} samples per replica (run.samples), so its "
-            'PoA-hat cannot be recomputed with other [poa] settings; run again with run.samples = "all"'
+            'summary cannot be recomputed with other [poa] / [slo] settings; run again with run.samples = "all"'
         )
     # the per-replica values and logs are the run's; the per-request reduction is redone
     old = from_frame(run_dir.read_acc(cid))
@@ -352,6 +357,18 @@ def _cell_acc(
             logs[key] = np.stack([old[c] for c in names], axis=2)
     cols = samples_to_columns(run_dir.read_samples(cid))
     return accumulate(cols, rep, json.loads(cell["spec_json"]), poa, slo, logs)
+
+
+def _changed_key(had: str | None, wanted: str) -> str:
+    """The first [poa] / [slo] key whose value differs between two settings strings."""
+    if not had:
+        return "poa"
+    a, b = json.loads(had), json.loads(wanted)
+    for section in ("poa", "slo"):
+        for k in sorted(set(a.get(section, {})) | set(b.get(section, {}))):
+            if a.get(section, {}).get(k) != b.get(section, {}).get(k):
+                return f"{section}.{k}"
+    return "poa"
 
 
 def _knees(cells: pl.DataFrame, stats: dict[str, CellStats], seed: int, n_boot: int) -> dict[str, dict[str, Any]]:

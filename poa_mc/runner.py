@@ -251,6 +251,12 @@ def run_grid(
     report = RunReport(out=out, total=len(cells), selected=len(selected))
     key = manifest["sim_key"]
     done = run_dir.complete_cells(fp, key) if resume else set()
+    # a grown grid's new [poa] / [slo] settings: a kept cell whose accumulators used others is
+    # re-reduced from its samples, or simulated again when it kept fewer than all of them
+    from poa_mc.accumulate import settings as acc_settings
+
+    wanted = acc_settings(manifest["grid"]["poa"], manifest["grid"].get("slo", {}))
+    done = {c for c in done if _reducible(run_dir, c, wanted)}
     todo = [c for c in selected if c.cell_id not in done]
     report.skipped = [c.cell_id for c in selected if c.cell_id in done]
 
@@ -326,7 +332,7 @@ def run_grid(
             kept = next(iter(res.samples.values())).shape[1]
             if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
                 frame = samples_frame(res.samples, res.candidates or None, width=width)
-            meta["samples"] = "all" if kept == r.requests else kept
+            meta["samples"] = "all" if kept == r.requests and frame is not None else (kept if frame is not None else 0)
             meta["acc_settings"] = acc_key
             run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
             report.ran.append(cell.cell_id)
@@ -375,6 +381,15 @@ def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:
         key = f"grid.{grid.load_axis}[{list(grid.loads).index(cell.load)}]"
     done = "cells finished before it are kept (--resume goes on after a fix)"
     return f"{key + ': ' if key else ''}cell {cell.label()}: {e}; {done}"
+
+
+def _reducible(run_dir: RunDir, cell_id: str, wanted: str) -> bool:
+    """Can this complete cell be summarised with these [poa] / [slo] settings without simulating
+    it again: its accumulators were computed with them, or it kept every sample."""
+    meta = run_dir.read_meta(cell_id) or {}
+    if meta.get("acc_settings") == wanted:
+        return True
+    return meta.get("samples") == "all" and run_dir.sample_path(cell_id).exists()
 
 
 def _streams(simulate: Simulate) -> bool:

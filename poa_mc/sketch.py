@@ -26,9 +26,9 @@ _LOG_G = math.log(GAMMA)
 def bin_of(x: np.ndarray) -> np.ndarray:
     """Bin index of each value (int64, same shape); NaN is not allowed."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        i = np.floor(np.log(np.maximum(x, LO_MS * 0.5) / LO_MS) / _LOG_G).astype(np.int64) + 1
-    return np.clip(i, 0, NBINS - 1)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        f = np.floor(np.log(np.maximum(x, LO_MS * 0.5) / LO_MS) / _LOG_G) + 1
+    return np.clip(f, 0, NBINS - 1).astype(np.int64)  # clipped as floats: +inf goes to the last bin
 
 
 def histograms(x: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:

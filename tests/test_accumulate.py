@@ -169,3 +169,21 @@ def test_load_reads_the_accumulators_of_every_cell(runs):
     # samples hold per-request columns only; per-replica ones are in acc/
     few = pl.read_parquet(next((runs["25"] / "samples").rglob("part.parquet")))
     assert not [c for c in few.columns if c.startswith("replica_")]
+
+
+def test_resume_with_other_poa_settings_reuses_what_it_can(runs, tmp_path):
+    import shutil
+
+    other = GRID.replace("window = 8", "window = 16")
+    fresh = tmp_path / "fresh"
+    run_grid(loads_grid(other.format(samples='"none"')), out=fresh, quiet=True)
+    want = pl.read_parquet(fresh / "summary.parquet")
+    for kind, rerun in (("all", 0), ("none", 4)):
+        d = tmp_path / kind
+        shutil.copytree(runs[kind], d)
+        samples = '"all"' if kind == "all" else '"none"'
+        report = run_grid(loads_grid(other.format(samples=samples)), out=d, quiet=True, resume=True)
+        # every sample kept: re-reduced from them; none kept: simulated again
+        assert len(report.ran) == rerun and len(report.skipped) == 4 - rerun, kind
+        got = pl.read_parquet(d / "summary.parquet")
+        assert got["poa_hat"].to_list() == want["poa_hat"].to_list(), kind

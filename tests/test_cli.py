@@ -345,7 +345,10 @@ def test_reduce_with_no_samples_at_all_is_refused(grid_file, tmp_path, fake):
     assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
     import shutil
 
-    shutil.rmtree(out / "acc")
+    shutil.rmtree(out / "acc")  # what a poa-mc before 0.2.0 left: samples, no accumulators
+    r = invoke("reduce", out, "--allow-partial")
+    assert r.exit_code == 2 and "samples without accumulators" in r.output
+    shutil.rmtree(out / "samples")
     r = invoke("reduce", out, "--allow-partial")
     assert r.exit_code == 2 and "no cell is complete" in r.output
 
