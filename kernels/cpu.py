@@ -36,18 +36,19 @@ with keyed_cache_dir("cpu"):
     _pass_prefill_ms = _K.timing.pass_prefill_ms
     _step_ms = _K.timing.step_ms
 
-    @numba.njit(cache=True, nogil=True)
+    # element by element, independent: in parallel (PoA-hat prices millions of steps through them)
+    @numba.njit(cache=True, nogil=True, parallel=True)
     def timing_passes(fp, batch, uncached, cached, out):
         """out[i]: the kernels' pass of batch[i] requests computing uncached[i] tokens on cached[i]
         cached ones each (poa_mc.profiles.Timing)."""
-        for i in range(out.shape[0]):
+        for i in numba.prange(out.shape[0]):
             n = batch[i]
             out[i] = _pass_prefill_ms(fp, n * cached[i], n * (cached[i] + uncached[i]), n)
 
-    @numba.njit(cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, parallel=True)
     def timing_steps(fp, batch, context, cap, out):
         """out[i]: the kernels' decode step of batch[i] sequences of context[i] tokens each."""
-        for i in range(out.shape[0]):
+        for i in numba.prange(out.shape[0]):
             out[i] = _step_ms(fp, np.float64(batch[i]) * context[i], batch[i], cap)
 
 
