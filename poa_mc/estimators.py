@@ -297,14 +297,20 @@ def _safe_ratio(a: float, b: float) -> float:
     return float(a / b)
 
 
-def social_cost_per_replica(kind: str, ttft_ms: np.ndarray, e2e_ms: np.ndarray) -> np.ndarray:
-    """One social cost per replica from (replicas, requests) latency arrays."""
+SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
+
+
+def social_cost_per_replica(kind: str, acc: dict[str, np.ndarray]) -> np.ndarray:
+    """One social cost per replica from its accumulator row (poa_mc.accumulate): mean TTFT or
+    mean e2e latency, or the nearest-rank TTFT P99 (from the row's histogram, poa_mc.sketch)."""
+    from poa_mc import sketch
+
     if kind == "mean_ttft":
-        return ttft_ms.mean(axis=1)
+        return acc["sum_ttft_ms"] / acc["n"]
     if kind == "mean_e2e":
-        return e2e_ms.mean(axis=1)
+        return acc["sum_e2e_ms"] / acc["n"]
     if kind == "p99_ttft":
-        return per_replica_quantile(ttft_ms, 0.99)
+        return sketch.quantile(acc["hist_ttft"], 0.99, acc["min_ttft"], acc["max_ttft"])
     raise ValueError(f"unknown social cost {kind!r}")
 
 

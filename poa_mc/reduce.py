@@ -22,11 +22,13 @@ import polars as pl
 from poa_mc import sketch
 from poa_mc.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
 from poa_mc.estimators import (
+    SOCIAL_COSTS,
     Estimate,
     PoaHat,
     counterfactual_poa,
     quantile_interval,
     ratio_interval,
+    social_cost_per_replica,
     t_interval,
 )
 from poa_mc.knee import knee_analysis
@@ -118,11 +120,7 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
             _put(row, f"regime_share_{name}", t_interval(share))
         _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
-    social = {
-        "mean_ttft": mean("ttft_ms"),
-        "mean_e2e": mean("e2e_ms"),
-        "p99_ttft": q("ttft", 0.99),
-    }
+    social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
     return CellStats(row, social, _planner_runs(acc, spec))
 

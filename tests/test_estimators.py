@@ -703,13 +703,20 @@ def test_counterfactual_poa_covers_and_detects_one_clear_best():
 
 
 def test_social_costs():
+    import dataclasses
+
+    from poa_mc.accumulate import accumulate
+    from poa_mc.spec import ClusterSpec
+
     ttft = np.array([[1.0, 3.0], [2.0, 2.0]])
     e2e = ttft + 10
-    np.testing.assert_allclose(social_cost_per_replica("mean_ttft", ttft, e2e), [2.0, 2.0])
-    np.testing.assert_allclose(social_cost_per_replica("mean_e2e", ttft, e2e), [12.0, 12.0])
-    np.testing.assert_allclose(social_cost_per_replica("p99_ttft", ttft, e2e), [3.0, 2.0])
+    cols = {"ttft_ms": ttft, "e2e_ms": e2e, "itl_ms": np.ones((2, 2)), "osl": np.full((2, 2), 2)}
+    acc = accumulate(cols, {}, {"cluster": dataclasses.asdict(ClusterSpec())}, {"window": 2})
+    np.testing.assert_allclose(social_cost_per_replica("mean_ttft", acc), [2.0, 2.0])
+    np.testing.assert_allclose(social_cost_per_replica("mean_e2e", acc), [12.0, 12.0])
+    np.testing.assert_allclose(social_cost_per_replica("p99_ttft", acc), [3.0, 2.0])
     with pytest.raises(ValueError):
-        social_cost_per_replica("goodput", ttft, e2e)
+        social_cost_per_replica("goodput", acc)
 
 
 @pytest.mark.parametrize("pricing", ["slot", "frozen"])
