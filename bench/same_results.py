@@ -21,9 +21,29 @@ from regimes import REGIMES  # noqa: E402
 from poa_mc.engine import simulate  # noqa: E402
 
 
+def tier_cells() -> dict[str, object]:
+    """Cells with lower tiers (G2, G3), written with keys every tiered commit knows: a change that
+    leaves them bit-identical did not move the tiers' model."""
+    from dataclasses import replace
+
+    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+    wl = WorkloadSpec(isl=Dist("uniform", low=64, high=1800), osl=Dist("fixed", 24), prefix_groups=24,
+                      popularity="zipf", zipf_alpha=0.9, prefix_ratio=0.6, concurrency=6)  # fmt: skip
+    tiers = dict(prefill_kv_blocks=60, g2_blocks=40, g3_blocks=120, kv_bytes_per_token=2e5, tier_decay_ms=20.0)
+    out = {}
+    for pol in ("kv", "round_robin", "hash"):
+        for n_p in (1, 2):
+            c = ClusterSpec(n_prefill=n_p, n_decode=2, **tiers)
+            out[f"tiers-{pol}-{n_p}p"] = CellSpec(cluster=c, workload=wl, policy=PolicySpec(kind=pol))
+    c = ClusterSpec(n_prefill=2, n_decode=2, tier_eviction="lineage", **tiers)
+    out["tiers-lineage"] = CellSpec(cluster=c, workload=replace(wl, concurrency=10), policy=PolicySpec())
+    return out
+
+
 def arrays(replicas: int, requests: int) -> dict[str, np.ndarray]:
     out = {}
-    for name, spec in sorted(REGIMES.items()):
+    for name, spec in sorted({**REGIMES, **tier_cells()}.items()):
         res = simulate(spec, replicas=replicas, requests=requests, warmup=50, seed=5, stream=3)
         for group in (res.samples, res.candidates or {}):
             for k, v in group.items():

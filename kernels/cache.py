@@ -31,6 +31,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    PC_S4,
     RI_EVH,
     RI_EVN,
     RI_MERGES,
@@ -40,6 +41,7 @@ from .layout import (
     WI_FREE,
     WI_LH2,
     WI_LH3,
+    WI_LH4,
     WI_LINEAGE,
     WI_OLDG,
     WI_USED,
@@ -56,6 +58,7 @@ def build(jit, tiers, jit_inline=None):
     tier_take = tiers.take
     frequency = tiers.frequency
     set_frequency = tiers.set_frequency
+    g4_reach = tiers.g4_reach
 
     @jit
     def overlap(pc, r, w, g, pfx):
@@ -208,17 +211,19 @@ def build(jit, tiers, jit_inline=None):
 
         Returns the number of prefix blocks that were already cached, or -1 if the blocks do not
         fit even after evicting every evictable block (nothing is changed then). With lower tiers
-        the count includes the blocks promoted from G2 and G3, which it leaves in WI_LH2, WI_LH3.
+        the count includes the blocks promoted from G2 and G3 and those copied from G4, which it
+        leaves in WI_LH2, WI_LH3, WI_LH4.
         """
         hit = overlap(pc, r, w, g, pfx)
         lower = tiered(pc, wk_i, r, w)
         h2 = np.int64(0)
         h3 = np.int64(0)
+        h4 = np.int64(0)
         step = np.int64(0)
         f = np.int64(0)
         if lower:
             step = decay_step(wk_i, r, w, now)
-            h2, h3 = lower_hits(pc, r, w, g, pfx)
+            h2, h3, h4 = lower_hits(pc, wk_i, r, w, g, pfx)
             f = frequency(pc, r, w, g, step)
             if np.int64(pc[r, w, g, 0]) == 0 and h2 == 0 and h3 == 0:
                 f = np.int64(0)  # the worker holds none of it: stored anew, its frequency starts again
@@ -264,13 +269,20 @@ def build(jit, tiers, jit_inline=None):
             else:  # a hit (a chain the worker holds any of is hit from its first block)
                 set_frequency(pc, r, w, g, 2 * f, step)
         if lower:
+            if h4 > 0:
+                # G4's blocks are copied, not moved: it keeps them, and the hit makes them its newest.
+                # Its evictions above (what G3 offloaded) may have cut them: only what is left counts
+                h4 = g4_reach(pc, wk_i, r, w, g, hit + h2 + h3, pfx)
+                if h4 > 0:
+                    pc[r, 0, g, PC_S4] = stamp(rep_i, r)
             wk_i[r, w, WI_LH2] = h2
             wk_i[r, w, WI_LH3] = h3
+            wk_i[r, w, WI_LH4] = h4
         if grow > 0:
             pc[r, w, g, 0] += grow
             publish(pc, rep_i, ev, delay, r, w, g, now)
         wk_i[r, w, WI_USED] += grow + held
-        return hit + h2 + h3
+        return hit + h2 + h3 + h4
 
     @jit_inline
     def grow(pc, wk_i, rep_i, ev, delay, now, r, w, n_groups, capacity, blocks):

@@ -58,6 +58,7 @@ from .layout import (
     OI_GRP,
     OI_H2,
     OI_H3,
+    OI_H4,
     OI_ISL,
     OI_OSL,
     OI_PADD_B,
@@ -152,6 +153,7 @@ from .layout import (
     SI_GRP,
     SI_H2,
     SI_H3,
+    SI_H4,
     SI_ISL,
     SI_KCOUNT,
     SI_MEAS,
@@ -200,6 +202,7 @@ _ORACLE_B0 = 200  # random sub-stream of the oracle's tie-breaks (router.py uses
 
 
 def build(jit, rng, cache, router, heap, controller, planner, timing, replay, jit_inline=None):
+    trace_on = replay.enabled  # a compile-time constant: False in the lean build (source.build)
     replay_take_row = replay.take_row
     jit_inline = jit_inline or jit
     prefill_span = timing.prefill_span
@@ -842,7 +845,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         bs = ip[P_B]
         pfx = np.int64(-1)
-        if ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
+        if trace_on and ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
             row, cycle = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
             isl = np.int64(tabs[TB_ISL, row])
             osl = np.int64(tabs[TB_OSL, row])
@@ -903,6 +906,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         slot_i[r, s, SI_RESV] = RESV_ADMIT
         slot_i[r, s, SI_H2] = 0
         slot_i[r, s, SI_H3] = 0
+        slot_i[r, s, SI_H4] = 0
         slot_f[r, s, SF_ONB] = 0.0
         meas = seq - ip[P_WARM]
         if meas < 0 or meas >= ip[P_N]:
@@ -1133,6 +1137,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
             out_i[r, meas, OI_DW] = d - ip[P_NP]
             out_i[r, meas, OI_H2] = np.int64(slot_i[r, s, SI_H2])
             out_i[r, meas, OI_H3] = np.int64(slot_i[r, s, SI_H3])
+            out_i[r, meas, OI_H4] = np.int64(slot_i[r, s, SI_H4])
             out_f[r, meas, OF_ONB] = slot_f[r, s, SF_ONB]
             out_i[r, meas, OI_DONE] += 1
             rep_i[r, RI_DONE_MEAS] += 1
@@ -1142,7 +1147,7 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         if ip[P_ARRIVAL] == 0:
             c = np.int64(slot_i[r, s, SI_CLIENT])
             wake = t
-            if ip[P_TRACE] == TRACE_CLOSED:
+            if trace_on and ip[P_TRACE] == TRACE_CLOSED:
                 wake = t + slot_f[r, s, SF_TWAIT]  # its session's next turn, or a new session now
             elif fp[F_THINK] > 0.0:
                 rid = rng_client_request_id(c, np.int64(slot_i[r, s, SI_KCOUNT]))

@@ -9,30 +9,65 @@ import numba
 import numpy as np
 
 from ._cache import keyed_cache_dir
-from .layout import P_N, P_WARM
+from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
 
-with keyed_cache_dir("cpu"):
-    _K = build(
-        numba.njit(cache=True, nogil=True, _nrt=False),
-        numba.njit(cache=True, nogil=True, _nrt=False, inline="always"),
-    )
-    _simulate_replica = _K.simulate_replica
+_JIT = numba.njit(cache=True, nogil=True, _nrt=False)
+_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 
-    # serial and GIL-free: run_batch spreads replicas over threads itself. A prange loop compiled
-    # 9 s slower and ran slower than plain threads over contiguous chunks (bench/NOTES.md).
+
+# Two builds of the one source (source.build): the full one, and a lean one for cells with neither
+# lower KV tiers nor a replayed trace, whose branches it compiles out. Each caches under its own
+# directory (their functions share names) and compiles on its first use. Each has its own replica
+# loop calling its build through a module global: a closure over the build's dispatcher would put
+# that dispatcher's per-process uuid into Numba's cache key and miss the cache in every process.
+# The loops are serial and GIL-free: run_batch spreads replicas over threads itself (a prange loop
+# compiled 9 s slower and ran slower than plain threads over contiguous chunks, bench/NOTES.md);
+# explicit arguments rather than *arrays (a tuple argument made the replica loop about 7% slower).
+with keyed_cache_dir("cpu"):
+    _K = build(_JIT, _JIT_INLINE)
+    _simulate_full = _K.simulate_replica
+
     @numba.njit(cache=True, nogil=True)
-    def _run_replicas(
+    def _run_full(
         r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
         out_i, cand,
     ):  # fmt: skip
-        # explicit arguments rather than *arrays: a tuple argument made the replica loop about 7% slower
         for r in range(r0, r1):
-            _simulate_replica(
+            _simulate_full(
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand,
             )  # fmt: skip
 
+
+def _named_apart(jit, tag: str):
+    """`jit` for a second build of the source: what it compiles is named `<qualname>_<tag>`. Two
+    builds must not share symbol names: loaded from the cache into one process (each compiled in
+    another), same-named symbols link one build's calls into the other's code."""
+
+    def decorate(func):
+        func.__qualname__ = f"{func.__qualname__}_{tag}"
+        return jit(func)
+
+    return decorate
+
+
+with keyed_cache_dir("cpu-lean"):
+    _simulate_lean = build(_named_apart(_JIT, "lean"), _named_apart(_JIT_INLINE, "lean"), lean=True).simulate_replica
+
+    @numba.njit(cache=True, nogil=True)
+    def _run_lean(
+        r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+        out_i, cand,
+    ):  # fmt: skip
+        for r in range(r0, r1):
+            _simulate_lean(
+                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+                out_i, cand,
+            )  # fmt: skip
+
+
+with keyed_cache_dir("cpu"):
     _pass_prefill_ms = _K.timing.pass_prefill_ms
     _step_ms = _K.timing.step_ms
 
@@ -52,7 +87,12 @@ with keyed_cache_dir("cpu"):
             out[i] = _step_ms(fp, np.float64(batch[i]) * context[i], batch[i], cap)
 
 
-_compiled = False
+_compiled: set[str] = set()
+
+
+def lean(ip: np.ndarray) -> bool:
+    """True if the lean build can run this cell: no lower KV tiers, no replayed trace."""
+    return int(ip[P_G2CAP]) == 0 and int(ip[P_TRACE]) == TRACE_NONE
 
 
 def _alloc(shapes: dict, n: int) -> dict:
@@ -60,7 +100,7 @@ def _alloc(shapes: dict, n: int) -> dict:
 
 
 def _call(ip, fp, tabs, a, n, r0=0) -> None:
-    _run_replicas(
+    (_run_lean if lean(ip) else _run_full)(
         r0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"], a["run"],
         a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"],
     )  # fmt: skip
@@ -71,9 +111,9 @@ def run_batch(
 ) -> tuple[dict, float]:
     """Allocate state for n replicas, simulate them, return (arrays, seconds spent compiling).
     parallel=False runs on one thread (results are the same either way)."""
-    global _compiled
     compile_s = 0.0
-    if not _compiled:
+    variant = "lean" if lean(ip) else "full"
+    if variant not in _compiled:
         t0 = time.perf_counter()
         ip1 = ip.copy()
         ip1[P_N] = 1
@@ -81,7 +121,7 @@ def run_batch(
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
         _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
-        _compiled = True
+        _compiled.add(variant)
     a = _alloc(shapes, n)
     threads = max(1, min(n, numba.get_num_threads() if parallel else 1))
     bounds = [n * i // threads for i in range(threads + 1)]

@@ -24,8 +24,9 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 released runs of unique blocks: blocks, LRU stamp, owner slot (-1
                                 none; a preempted request's own run), unused
                                 With tiers (any WI_G2CAP > 0) the last axis is NPC_T wide: chain rows
-                                add PC_N2.. (kernels/tiers.py), ring rows hold G2's ring of anonymous
-                                runs in PC_R2N, PC_R2S
+                                add PC_N2.. (kernels/tiers.py; worker 0's rows also hold the replica's
+                                G4, shared by the prefill workers, in PC_B4..), ring rows hold G2's
+                                ring of anonymous runs in PC_R2N, PC_R2S
   ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
   queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue
                                 (the batch router's held decisions), row W + 1 the stack of free
@@ -109,7 +110,9 @@ P_TS = 57  # trace: sessions (closed replay)
 P_TSAMPLE = 58  # trace, closed replay: 0 sessions in order from a random start, 1 drawn with replacement
 P_LINEAGE = 59  # 1: the prefill workers' caches evict by the lineage rule (WI_LINEAGE), 0: LRU
 P_TG = 60  # trace: prefix groups of one pass over the trace; pass k's requests use groups + k P_TG (mod P_G)
-NP_I = 61
+P_G4CAP = 61  # tiers: G4 (remote storage shared by the prefill workers) blocks of the replica (0: none)
+P_CR4 = 62  # tiers: the kv router's credit for a G4 hit, in thousandths
+NP_I = 63
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -204,7 +207,8 @@ F_G2_MS = 49  # tiers: ms to copy one block over the G1<->G2 link (0: instant)
 F_G3_MS = 50  # tiers: ms to copy one block over the G2<->G3 link
 F_TPERIOD = 51  # trace, timestamps replay: period of the cyclic replay, ms (trace time)
 F_TSCALE = 52  # trace, timestamps replay: simulated ms per trace ms (1 / speedup)
-NF_P = 53
+F_G4_MS = 53  # tiers: ms to copy one block over a prefill worker's link to G4
+NF_P = 54
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only
@@ -214,9 +218,15 @@ PC_N3 = 6  # ... blocks in G3 (after the G2 ones)
 PC_S3 = 7
 PC_FREQ = 8  # ... frequency: 1 when stored, doubled on each hit, -1 per decay step (0: no chain)
 PC_EPOCH = 9  # ... the decay step PC_FREQ was last written at
+PC_B2 = 10  # ... index in the chain of the G2 segment's first block (= its G1 blocks once settled)
+PC_B3 = 11  # ... of the G3 segment's first block (= B2 + N2 once settled): kept through the moves
+#               in between, so that what G3 offloads to G4 has its place in the chain
+PC_B4 = 12  # worker 0's chain rows: the replica's G4 segment of the chain (shared by every
+PC_N4 = 13  # prefill worker): first block, blocks,
+PC_S4 = 14  # ... LRU stamp
 PC_R2N = 4  # ring rows: blocks of G2's anonymous run at this ring index
 PC_R2S = 5  # ... its stamp
-NPC_T = 10
+NPC_T = 15
 
 # ---- per-slot integers ----
 SI_SEQ = 0  # arrival index in the replica
@@ -250,7 +260,8 @@ SI_H2 = 26  # tiers: prompt blocks it found in G2 (copied to G1 before its prefi
 SI_H3 = 27  # tiers: ... in G3
 SI_TROW = 28  # trace, closed replay (slot = client): the row of its request, -1 before a new session
 SI_TCYC = 29  # trace, closed replay: the pass over the trace its current session belongs to
-NSI = 30
+SI_H4 = 30  # tiers: ... in G4
+NSI = 31
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks
@@ -302,10 +313,13 @@ WI_A2H = 19  # G2's ring of anonymous runs: head index
 WI_A2N = 20  # ... runs
 WI_LH2 = 21  # the last acquire's blocks promoted from G2 (read by its caller)
 WI_LH3 = 22  # ... from G3
-WI_CR1 = 23  # the kv router's credit for a hit in G1, G2, G3 (P_CR1..), in thousandths (23, 24, 25)
-WI_DECAY = 26  # ms per decay step of a chain's frequency (P_DECAY; 0: none)
-WI_LINEAGE = 27  # 1: the lineage rule, leaves (released runs) evicted before any prefix chain (P_LINEAGE)
-NWI = 28
+WI_CR1 = 23  # the kv router's credit for a hit in G1, G2, G3, G4 (P_CR1.., P_CR4), in thousandths (23..26)
+WI_DECAY = 27  # ms per decay step of a chain's frequency (P_DECAY; 0: none)
+WI_LINEAGE = 28  # 1: the lineage rule, leaves (released runs) evicted before any prefix chain (P_LINEAGE)
+WI_G4CAP = 29  # G4 capacity, blocks (the replica's, written in every prefill worker's row; 0: no G4)
+WI_G4U = 30  # worker 0's row: G4 blocks in use (the replica's, chain segments)
+WI_LH4 = 31  # the last acquire's blocks copied from G4 (they stay there too)
+NWI = 32
 
 # ---- per-worker floats ----
 WF_BUSY = 0  # end of the current pass, +inf when idle
@@ -403,7 +417,8 @@ OI_DADD_T = 12  # tokens the decode choice booked on its worker
 OI_DADD_B = 13  # blocks the decode choice booked
 OI_H2 = 14  # tiers: SI_H2
 OI_H3 = 15  # tiers: SI_H3
-NOI = 16
+OI_H4 = 16  # tiers: SI_H4
+NOI = 17
 
 RNG_F_ISL = 1
 RNG_F_OSL = 2

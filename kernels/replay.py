@@ -40,7 +40,8 @@ from .layout import (
 )
 
 
-def build(jit, rng):
+def build(jit, rng, enabled=True):
+    """enabled=False: a build for cells that replay no trace (source.build, lean)."""
     uniform = rng.uniform
     below = rng.below
 
@@ -94,4 +95,4 @@ def build(jit, rng):
         slot_f[r, s, SF_TWAIT] = tabs[TB_DELAY, nxt] if nxt >= 0 else 0.0
         return row, np.int64(slot_i[r, s, SI_TCYC])
 
-    return Namespace(start=start, arrival_ms=arrival_ms, take_row=take_row)
+    return Namespace(enabled=enabled, start=start, arrival_ms=arrival_ms, take_row=take_row)

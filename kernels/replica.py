@@ -10,6 +10,7 @@ from .layout import (
     F_EVDELAY,
     F_G2_MS,
     F_G3_MS,
+    F_G4_MS,
     F_OMEGA,
     F_OVH_PASS,
     F_OVH_REQ,
@@ -28,6 +29,7 @@ from .layout import (
     P_C,
     P_CHECK,
     P_CR1,
+    P_CR4,
     P_CTL,
     P_DECAY,
     P_DKV,
@@ -36,6 +38,7 @@ from .layout import (
     P_G,
     P_G2CAP,
     P_G3CAP,
+    P_G4CAP,
     P_LINEAGE,
     P_MAXEVENTS,
     P_MAXSEQ,
@@ -99,6 +102,7 @@ from .layout import (
     SI_GRP,
     SI_H2,
     SI_H3,
+    SI_H4,
     SI_ISL,
     SI_KCOUNT,
     SI_MEAS,
@@ -125,8 +129,10 @@ from .layout import (
     WI_FREE,
     WI_G2CAP,
     WI_G3CAP,
+    WI_G4CAP,
     WI_LH2,
     WI_LH3,
+    WI_LH4,
     WI_LINEAGE,
     WI_MIXED,
     WI_NRUN,
@@ -145,6 +151,8 @@ STATUS_STALL = 3
 
 def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing, tiers, replay, jit_inline=None):
     jit_inline = jit_inline or jit
+    tiers_on = tiers.enabled  # compile-time constants: False in the lean build (source.build)
+    trace_on = replay.enabled
     replay_start = replay.start
     replay_arrival_ms = replay.arrival_ms
     tiers_conserved = tiers.conserved
@@ -201,6 +209,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
         n_tok = np.int64(0)
         copy2 = np.int64(0)
         copy3 = np.int64(0)
+        copy4 = np.int64(0)
         svc = 0.0
         while n < max_seq and (budget > 0 or not poly):
             from_shared = False
@@ -224,20 +233,26 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                     if hit < 0:
                         break
                     usable = cl_usable_hit(ip, hit, isl)
-                    if ip[P_G2CAP] > 0:
+                    if tiers_on and ip[P_G2CAP] > 0:
                         cw = cl_cache_row(ip, w)
+                        h4 = np.int64(wk_i[r, cw, WI_LH4])
                         h3 = np.int64(wk_i[r, cw, WI_LH3])
                         h2 = np.int64(wk_i[r, cw, WI_LH2])
                         # a block the prompt recomputes anyway is not copied: the deepest go first
                         cut = hit - usable
+                        c4 = cut if cut < h4 else h4
+                        h4 -= c4
+                        cut -= c4
                         c3 = cut if cut < h3 else h3
                         h3 -= c3
                         cut -= c3
                         h2 -= cut if cut < h2 else h2
                         slot_i[r, s, SI_H2] = h2
                         slot_i[r, s, SI_H3] = h3
+                        slot_i[r, s, SI_H4] = h4
                         copy2 += h2
                         copy3 += h3
+                        copy4 += h4
                     slot_i[r, s, SI_CACHED] = usable
                     slot_i[r, s, SI_NEED] = isl - usable * bs
                 elif (
@@ -290,10 +305,10 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             dur = svc
         # host work of a pass and of each request in it (scheduling, transfer set-up), serial
         dur += fp[F_OVH_PASS] + n * fp[F_OVH_REQ]
-        if copy2 + copy3 > 0:
+        if tiers_on and copy2 + copy3 + copy4 > 0:
             # lower-tier hits are copied to G1 before the pass computes: the copies of one pass
-            # share each link, G3's pass through host memory (G2's link) on their way
-            onb = max((copy2 + copy3) * fp[F_G2_MS], copy3 * fp[F_G3_MS])
+            # share each link, G3's and G4's pass through host memory (G2's link) on their way
+            onb = max((copy2 + copy3 + copy4) * fp[F_G2_MS], copy3 * fp[F_G3_MS], copy4 * fp[F_G4_MS])
             dur += onb
             for i in range(n):  # every request the pass computes for waits for the copies
                 s = cl_q_at(queue, wk_i, r, w, np.int64(i), qcap)
@@ -508,13 +523,15 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
         if ip[P_LINEAGE] == 1:
             for w in range(n_p):
                 wk_i[r, w, WI_LINEAGE] = 1
-        if ip[P_G2CAP] > 0:  # lower tiers on the prefill workers (kernels/tiers.py)
+        if tiers_on and ip[P_G2CAP] > 0:  # lower tiers on the prefill workers (kernels/tiers.py)
             for w in range(n_p):
                 wk_i[r, w, WI_G2CAP] = ip[P_G2CAP]
                 wk_i[r, w, WI_G3CAP] = ip[P_G3CAP]
                 wk_i[r, w, WI_DECAY] = ip[P_DECAY]
                 for j in range(3):
                     wk_i[r, w, WI_CR1 + j] = ip[P_CR1 + j]
+                wk_i[r, w, WI_CR1 + 3] = ip[P_CR4]
+                wk_i[r, w, WI_G4CAP] = ip[P_G4CAP]
         for j in range(rep_i.shape[1]):
             rep_i[r, j] = 0
         for j in range(rep_f.shape[1]):
@@ -533,7 +550,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             slot_i[r, s, SI_CLIENT] = s
             slot_i[r, s, SI_KCOUNT] = 0
             slot_i[r, s, SI_TROW] = -1
-        trace = ip[P_TRACE]
+        trace = ip[P_TRACE] if trace_on else TRACE_NONE
         if trace != TRACE_NONE:
             replay_start(ip, fp, tabs, rep_i, rep_f, r, key)
         closed = ip[P_ARRIVAL] == 0

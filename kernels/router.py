@@ -45,15 +45,15 @@ def build(jit, rng, cache, tiers):
     @jit
     def overlap(wk_i, pc, r, cw, g, pfx):
         """The cached prefix blocks the router credits worker cw with: its G1 blocks as it has been
-        told of them; with lower tiers (newer Dynamo) each G1, G2, G3 block counts WI_CR1.. / 1000,
+        told of them; with lower tiers (newer Dynamo) each G1, G2, G3, G4 block counts WI_CR1.. / 1000,
         the lower tiers as they are (their changes are not delayed) past the G1 blocks it believes in."""
         v1 = seen_overlap(pc, r, cw, g, pfx)
         if not tiered(pc, wk_i, r, cw):
             return np.float64(v1)
-        h2, h3 = lower_beyond(pc, r, cw, g, pfx, v1)
+        h2, h3, h4 = lower_beyond(pc, wk_i, r, cw, g, pfx, v1)
         return (
             np.int64(wk_i[r, cw, WI_CR1]) * v1 + np.int64(wk_i[r, cw, WI_CR1 + 1]) * h2
-            + np.int64(wk_i[r, cw, WI_CR1 + 2]) * h3
+            + np.int64(wk_i[r, cw, WI_CR1 + 2]) * h3 + np.int64(wk_i[r, cw, WI_CR1 + 3]) * h4
         ) / 1000.0  # fmt: skip
 
     @jit

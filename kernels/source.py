@@ -8,20 +8,25 @@ from . import batch, cache, cluster, controller, heap, planner, replay, replica,
 from ._ns import Namespace
 
 
-def build(jit, jit_inline=None) -> Namespace:
+def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     """`jit_inline` compiles the per-event functions (each called from one or two places). The CPU
     target inlines them at Numba's IR level: a call there passes ~15 array structs of ~11 words
     each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
-    (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`."""
+    (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`.
+
+    `lean=True` builds the same simulation for cells without lower KV tiers and without a replayed
+    trace: those features' branches are constants there and compile out of the inlined event loop
+    (a smaller loop the CPU runs about 15% faster, bench/RESULTS.md). A cell gives the same results
+    from either build; kernels/cpu.py picks the lean one for the cells it can run."""
     r = rng.build(jit)
-    tr = tiers.build(jit, jit_inline)
+    tr = tiers.build(jit, jit_inline, enabled=not lean)
     c = cache.build(jit, tr, jit_inline)
     ro = router.build(jit, r, c, tr)
     h = heap.build(jit)
     ctl = controller.build(jit)
     pl = planner.build(jit)
     tm = timing.build(jit, jit_inline)
-    rp = replay.build(jit, r)
+    rp = replay.build(jit, r, enabled=not lean)
     cl = cluster.build(jit, r, c, ro, h, ctl, pl, tm, rp, jit_inline)
     b = batch.build(jit, cl)
     rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, tm, tr, rp, jit_inline)

@@ -39,7 +39,7 @@ from poa_mc.spec import ClusterSpec, ProfileSpec
 
 SUMMED = (
     "ttft_ms", "e2e_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl", "prompt_blocks", "cached_blocks",
-    "cached_g2", "cached_g3",
+    "cached_g2", "cached_g3", "cached_g4",
 )  # fmt: skip
 SKETCHED = ("ttft_ms", "e2e_ms", "itl_ms")
 ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8  # a replica's row: histograms and ~64 numbers

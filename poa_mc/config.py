@@ -149,7 +149,7 @@ class Topology:
     prefill_kv_blocks: int = 0  # 0: cluster.prefill_kv_blocks
     zipf_alpha: float = -1.0  # < 0: the workload's popularity
     planner: bool = False  # the split the Planner starts at ([games.pd.planner]), labelled "xP/yD planner"
-    tiers: str = ""  # a [grid] tiers variant ("g1", "g1+g2", "g1+g2+g3"): the KV tiers it keeps of [cluster]'s
+    tiers: str = ""  # a [grid] tiers variant (config.TIER_VARIANTS): the KV tiers it keeps of [cluster]'s
 
 
 @dataclass(frozen=True)
@@ -477,7 +477,7 @@ _REPLAY_FIELDS = {
 }
 
 
-TIER_VARIANTS = ("g1", "g1+g2", "g1+g2+g3")
+TIER_VARIANTS = ("g1", "g1+g2", "g1+g2+g3", "g1+g2+g3+g4")
 
 
 def _tier_variants(table: dict) -> list[str]:

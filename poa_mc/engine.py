@@ -27,7 +27,7 @@ each replica in arrival order (the first `warmup` arrivals of each replica are d
     group          int32   prefix group
     prompt_blocks  int32   ceil(isl / block_size)
     cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache (any tier)
-    cached_g2, cached_g3 int32 of those, the ones found in its G2 and G3 (lower tiers, docs/tiers.md)
+    cached_g2..g4  int32   of those, the ones found in its G2, G3 and in G4 (lower tiers, docs/tiers.md)
     onboard_ms     float64 the copy of lower-tier hits to G1 its first prefill pass waited for
     prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
     decode_worker  int32   0-based among decode workers
@@ -95,10 +95,10 @@ SAMPLE_FLOAT_FIELDS = (
 )  # fmt: skip
 SAMPLE_INT_FIELDS = (
     "seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker", "cached_g2",
-    "cached_g3",
+    "cached_g3", "cached_g4",
 )  # fmt: skip
 _OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB)
-_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3)
+_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3, L.OI_H4)
 _ADDED = {
     "prefill_added_tokens": L.OI_PADD_T,
     "prefill_added_blocks": L.OI_PADD_B,
@@ -256,6 +256,9 @@ def pack_params(
             ip[L.P_CR1 + i] = round(1000 * pol.tier_credit[i])
         fp[L.F_G2_MS] = c.tier_copy_ms(c.g2_gbps)
         fp[L.F_G3_MS] = c.tier_copy_ms(c.g3_gbps) if c.g3_blocks > 0 else 0.0
+        ip[L.P_G4CAP] = c.g4_blocks
+        ip[L.P_CR4] = round(1000 * pol.tier_credit[3])
+        fp[L.F_G4_MS] = c.tier_copy_ms(c.g4_gbps) if c.g4_blocks > 0 else 0.0
     ip[L.P_CHECK] = 1 if check_blocks else 0
     ip[L.P_LINEAGE] = 1 if c.tier_eviction == "lineage" else 0
     if pol.kind == "batch":
@@ -323,6 +326,15 @@ def pack_params(
         tabs[L.TB_TIME, :n], tabs[L.TB_DELAY, :n], tabs[L.TB_NEXT, :n] = table.time_ms, table.delay_ms, table.next_row
         tabs[L.TB_START, : len(table.starts)] = table.starts
     return ip, fp, tabs
+
+
+def kernel_build(spec: CellSpec, backend: str) -> str:
+    """The compiled build a cell runs on (its on-disk cache's name): on the CPU, cells without lower
+    KV tiers or a replayed trace run the lean build (kernels/source.py), as kernels.cpu.lean decides
+    from the packed parameters."""
+    if backend != "cpu":
+        return backend
+    return "cpu" if spec.cluster.has_tiers() or spec.workload.trace is not None else "cpu-lean"
 
 
 def _replay_table(spec: CellSpec):

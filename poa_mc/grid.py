@@ -106,6 +106,7 @@ def expand(grid: GridConfig) -> list[Cell]:
                 cluster,
                 g2_blocks=cluster.g2_blocks if "g2" in kept else 0,
                 g3_blocks=cluster.g3_blocks if "g3" in kept else 0,
+                g4_blocks=cluster.g4_blocks if "g4" in kept else 0,
             )
         planner = grid.pd_game.planner if topo.planner else None
         for li, load in enumerate(grid.loads):

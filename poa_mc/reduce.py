@@ -91,8 +91,9 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     cached, prompt = acc["sum_cached_blocks"], acc["sum_prompt_blocks"]
     _put(row, "hit_rate", ratio_interval(cached, prompt))
     if "sum_cached_g2" in acc:  # per KV tier (docs/tiers.md): G1 is what the lower tiers did not serve
-        lower = {k: acc[f"sum_cached_{k}"] for k in ("g2", "g3")}
-        for k, hits in {"g1": cached - lower["g2"] - lower["g3"], **lower}.items():
+        # runs written before G4 have no sum_cached_g4 (and no G4)
+        lower = {k: acc[f"sum_cached_{k}"] for k in ("g2", "g3", "g4") if f"sum_cached_{k}" in acc}
+        for k, hits in {"g1": cached - sum(lower.values()), **lower}.items():
             _put(row, f"hit_rate_{k}", ratio_interval(hits, prompt))
         onb = t_interval(mean("onboard_ms"))
         _put(row, "onboard_ms_mean", replace(onb, lo=max(onb.lo, 0.0)))  # a time: never below 0

@@ -206,13 +206,14 @@ class Interrupted(Exception):
         self.out, self.done, self.total = out, done, total
 
 
-def _kernels_cold(backend: str) -> bool:
-    """True when this backend's kernels are not in the on-disk cache yet (the first cell compiles)."""
+def _kernels_cold(backend: str, cells: list) -> bool:
+    """True when a build these cells run on is not in the on-disk cache yet (a cell compiles)."""
     try:
+        from poa_mc.engine import kernel_build
         from poa_mc.kernels._cache import is_warm
     except ImportError:
         return False
-    return not is_warm(backend)
+    return any(not is_warm(b) for b in {kernel_build(c.spec, backend) for c in cells})
 
 
 def run_grid(
@@ -263,7 +264,7 @@ def run_grid(
     simulate = simulate or _default_simulate()
     costs = {c.cell_id: estimate_cost(c, grid.run) for c in todo}
     console = RunConsole(len(todo), sum(costs.values()), quiet=quiet)
-    if todo and simulate is _ENGINE and _kernels_cold(backend):
+    if todo and simulate is _ENGINE and _kernels_cold(backend, todo):
         console.note(
             f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
         )

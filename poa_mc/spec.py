@@ -350,7 +350,7 @@ class ClusterSpec:
     g3_blocks: int = 0
     g3_gbps: float = 7.0
     g4_blocks: int = 0
-    g4_gbps: float = 1.0
+    g4_gbps: float = 1.0  # each prefill worker's link to the remote store
     tier_decay_ms: float = 0.0
     tier_eviction: str = "lru"  # inside each tier of a prefill worker: LRU, or the lineage rule
 
@@ -419,8 +419,8 @@ class ClusterSpec:
         for tier in ("g2", "g3", "g4"):
             if getattr(self, f"{tier}_blocks") > 0 and not getattr(self, f"{tier}_gbps") > 0:
                 raise SpecError(f"{path}.{tier}_gbps", f"must be > 0 GB/s, got {getattr(self, f'{tier}_gbps')}")
-        if self.g4_blocks > 0:
-            raise SpecError(f"{path}.g4_blocks", "G4 (remote storage shared by all workers) is not modelled yet: use 0")
+        if self.g4_blocks > 0 and self.g3_blocks == 0:
+            raise SpecError(f"{path}.g4_blocks", "G4 is fed by G3's evictions: it needs g3_blocks > 0")
         if self.g3_blocks > 0 and self.g2_blocks == 0:
             raise SpecError(f"{path}.g3_blocks", "G3 is fed by G2's evictions: it needs g2_blocks > 0")
         if self.has_tiers() and self.flow != "prefill_first":

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from poa_mc.engine import EngineError, simulate
+from poa_mc.engine import EngineError, pack_params, simulate
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 
 
@@ -228,15 +228,19 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
                  ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30),
                  ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30), ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60),
-                 ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30)]
+                 ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30),
+                 ("prefill_first", "tiers+g4", 10.0, 60, 0.5, 1.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
                 "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
-                "planner": dict(kind="kv"), "aic": dict(kind="kv"), "tiers": dict(kind="kv")}
+                "planner": dict(kind="kv"), "aic": dict(kind="kv"), "tiers": dict(kind="kv"),
+                "tiers+g4": dict(kind="round_robin")}
         # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
         tiers = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
+        # and a G4 shared by both prefill workers, fed by a G3 small enough to spill into it
+        tiers4 = {**tiers, "g3_blocks": 4, "g4_blocks": 80, "g4_gbps": 2.0, "tier_decay_ms": 0.0}
         # measured-kernel timing: a table the kernels interpolate (kernels/timing.py)
         aic = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
         for flow, pol, delay, dkv, tau, xfer, osl in cases:
@@ -245,9 +249,9 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer,
-                                                **(tiers if pol == "tiers" else {})),
+                                                **{"tiers": tiers, "tiers+g4": tiers4}.get(pol, {})),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
-                                                  prefix_groups=6 if pol == "tiers" else 3, concurrency=6),
+                                                  prefix_groups=6 if pol.startswith("tiers") else 3, concurrency=6),
                             policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
                             planner=planner, **({"profile": aic} if pol == "aic" else {}))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
@@ -274,6 +278,8 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
             if pol == "tiers":  # hits in both lower tiers, and their copies timed
                 assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
                 assert a.samples["onboard_ms"].max() > 0
+            if pol == "tiers+g4":
+                assert a.samples["cached_g4"].sum() > 0
             if pol == "planner":
                 assert a.replica["planner_moves"].sum() > 0
                 assert np.array_equal(a.extra["move_log"], b.extra["move_log"], equal_nan=True)
@@ -387,3 +393,22 @@ def test_a_prefill_worker_short_of_blocks_starts_when_its_kv_copy_is_released():
 
     instant, tiny = ttft(0.0), ttft(0.001)
     assert instant < 200.0 and instant < 1.2 * tiny
+
+
+def test_the_lean_build_gives_the_full_builds_results(monkeypatch):
+    # cells without lower tiers or a trace run the lean build (kernels/source.py, the tier and
+    # trace branches compiled out); the full build must give them the same results, bit for bit
+    from poa_mc.kernels import cpu
+
+    pressure = replace(cell("prefill_first", 2, 2, "kv"), cluster=ClusterSpec(
+        n_prefill=2, n_decode=2, decode_kv_blocks=60, kv_event_delay_ms=5.0, tier_eviction="lineage"))  # fmt: skip
+    specs = [pressure, *(cell(f, 2, 2, p, isl=Dist("uniform", low=64, high=1500)) for f, p in FLOWS)]
+    for spec in specs:
+        assert cpu.lean(pack_params(spec, requests=10, warmup=0, seed=1, stream=0, record_candidates=True)[0])
+        a = simulate(spec, **RUN)
+        with monkeypatch.context() as m:
+            m.setattr(cpu, "lean", lambda ip: False)
+            b = simulate(spec, **RUN)
+        for group in ("samples", "candidates", "replica"):
+            for k, v in getattr(a, group).items():
+                assert np.array_equal(v, getattr(b, group)[k], equal_nan=True), (spec.cluster.flow, group, k)

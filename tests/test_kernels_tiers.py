@@ -11,9 +11,16 @@ from poa_mc.kernels.layout import (
     NPC_T,
     NRI,
     NWI,
+    PC_B2,
+    PC_B3,
+    PC_B4,
     PC_FREQ,
     PC_N2,
     PC_N3,
+    PC_N4,
+    PC_S3,
+    PC_S4,
+    RI_STAMP,
     WI_A2N,
     WI_DECAY,
     WI_FREE,
@@ -21,8 +28,11 @@ from poa_mc.kernels.layout import (
     WI_G2U,
     WI_G3CAP,
     WI_G3U,
+    WI_G4CAP,
+    WI_G4U,
     WI_LH2,
     WI_LH3,
+    WI_LH4,
     WI_LINEAGE,
     WI_USED,
 )
@@ -34,29 +44,30 @@ K = cpu._K
 G = 4
 
 
-def _arrays(g2=8, g3=8, ring=8):
-    pc = np.zeros((1, 1, G + ring, NPC_T), dtype=np.int32)
-    wk_i = np.zeros((1, 2, NWI), dtype=np.int32)
-    wk_i[0, 0, WI_G2CAP] = g2
-    wk_i[0, 0, WI_G3CAP] = g3
+def _arrays(g2=8, g3=8, ring=8, g4=0, workers=1):
+    pc = np.zeros((1, workers, G + ring, NPC_T), dtype=np.int32)
+    wk_i = np.zeros((1, workers + 1, NWI), dtype=np.int32)
+    wk_i[0, :workers, WI_G2CAP] = g2
+    wk_i[0, :workers, WI_G3CAP] = g3
+    wk_i[0, :workers, WI_G4CAP] = g4
     rep_i = np.zeros((1, NRI), dtype=np.int64)
     ev = np.zeros((1, 8, 4))
     return pc, wk_i, rep_i, ev
 
 
-def _acq(a, g, pfx, held, cap, now=0.0):
+def _acq(a, g, pfx, held, cap, now=0.0, w=0):
     pc, wk_i, rep_i, ev = a
-    return K.cache.acquire(pc, wk_i, rep_i, ev, 0.0, now, 0, 0, g, pfx, held, G, cap)
+    return K.cache.acquire(pc, wk_i, rep_i, ev, 0.0, now, 0, w, g, pfx, held, G, cap)
 
 
-def _rel(a, g, pfx, held, keep=0):
+def _rel(a, g, pfx, held, keep=0, w=0):
     pc, wk_i, rep_i, _ = a
-    return K.cache.release(pc, wk_i, rep_i, 0, 0, g, pfx, held, keep, -1, G)
+    return K.cache.release(pc, wk_i, rep_i, 0, w, g, pfx, held, keep, -1, G)
 
 
-def _ok(a, cap):
+def _ok(a, cap, w=0):
     pc, wk_i, _, _ = a
-    return K.tiers.conserved(pc, wk_i, 0, 0, G, cap)
+    return K.tiers.conserved(pc, wk_i, 0, w, G, cap)
 
 
 def test_g1_evictions_demote_to_g2_and_hits_come_back_up():
@@ -80,6 +91,7 @@ def test_a_prompt_hits_g1_then_g2_then_g3_in_order():
     a = _arrays(g2=2, g3=8)
     pc, wk_i = a[0], a[1]
     pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3] = 3, 2, 4
+    pc[0, 0, 0, PC_B2], pc[0, 0, 0, PC_B3] = 3, 5  # where each segment starts in the chain
     pc[0, 0, 0, PC_FREQ] = 1
     wk_i[0, 0, WI_USED], wk_i[0, 0, WI_FREE], wk_i[0, 0, WI_G2U], wk_i[0, 0, WI_G3U] = 3, 3, 2, 4
     assert _ok(a, 16)
@@ -87,8 +99,11 @@ def test_a_prompt_hits_g1_then_g2_then_g3_in_order():
     assert _acq(a, 0, 7, 0, 16) == 7
     assert (wk_i[0, 0, WI_LH2], wk_i[0, 0, WI_LH3]) == (2, 2)
     assert (pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3]) == (7, 0, 2)
+    assert pc[0, 0, 0, PC_B3] == 7  # what is left of G3 starts after the new G1 blocks
     assert pc[0, 0, 0, PC_FREQ] == 2  # doubled by the hit
     assert _ok(a, 16)
+    pc[0, 0, 0, PC_B3] = 6
+    assert not _ok(a, 16), "a segment out of place is a broken state"
 
 
 def test_only_chains_hit_twice_go_from_g2_to_g3():
@@ -242,7 +257,8 @@ def test_the_kv_router_credits_lower_tier_hits():
         (dict(g2_blocks=-1), "cluster.g2_blocks"),
         (dict(g2_blocks=10, g2_gbps=0.0), "cluster.g2_gbps"),
         (dict(g3_blocks=10), "cluster.g3_blocks"),
-        (dict(g4_blocks=10), "cluster.g4_blocks"),
+        (dict(g2_blocks=10, g4_blocks=10), "cluster.g4_blocks"),
+        (dict(g2_blocks=10, g3_blocks=10, g4_blocks=10, g4_gbps=0.0), "cluster.g4_gbps"),
         (dict(g2_blocks=10, flow="aggregated"), "cluster.g2_blocks"),
         (dict(g2_blocks=10, tier_decay_ms=0.5), "cluster.tier_decay_ms"),
         (dict(tier_eviction="lfu"), "cluster.tier_eviction"),
@@ -268,10 +284,15 @@ def test_the_router_credits_lower_tiers_only_past_the_g1_blocks_it_believes_in()
     pc, wk_i, _, _ = _arrays()
     pc[0, 0, 0, 0], pc[0, 0, 0, PC_N2], pc[0, 0, 0, PC_N3] = 4, 6, 3  # G1 4, then G2 6, then G3 3
     lb = K.tiers.lower_beyond
-    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(4)) == (6, 2)  # told of G1 as it is
+    assert lb(pc, wk_i, 0, 0, 0, np.int64(12), np.int64(4)) == (6, 2, 0)  # told of G1 as it is
     # not yet told that 6 blocks left G1 (it still believes in 10): those are not counted twice
-    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(10)) == (0, 2)
-    assert lb(pc, 0, 0, 0, np.int64(12), np.int64(2)) == (6, 2)  # not yet told of G1's growth
+    assert lb(pc, wk_i, 0, 0, 0, np.int64(12), np.int64(10)) == (0, 2, 0)
+    assert lb(pc, wk_i, 0, 0, 0, np.int64(12), np.int64(2)) == (6, 2, 0)  # not yet told of G1's growth
+    # with G4 holding blocks 10..15 of the chain: the part past G3's end (13) and within the prompt
+    wk_i[0, 0, WI_G4CAP] = 100
+    pc[0, 0, 0, PC_B4], pc[0, 0, 0, PC_N4] = 10, 6
+    assert lb(pc, wk_i, 0, 0, 0, np.int64(15), np.int64(4)) == (6, 3, 2)
+    assert lb(pc, wk_i, 0, 0, 0, np.int64(15), np.int64(14)) == (0, 0, 1)
 
 
 def test_blocks_are_conserved_over_random_configurations():
@@ -286,6 +307,8 @@ def test_blocks_are_conserved_over_random_configurations():
             tier_decay_ms=float(rng.choice([0.0, 5.0, 50.0])), kv_bytes_per_token=float(rng.choice([0.0, 2e5])),
             kv_event_delay_ms=float(rng.choice([0.0, 5.0])),
         )  # fmt: skip
+        if c.g3_blocks and k % 2:  # every other configuration with G3 also has a G4
+            c = replace(c, g4_blocks=int(rng.integers(1, 300)))
         w = replace(
             WL, isl=Dist("uniform", low=64, high=1800), osl=Dist("fixed", 20), prefix_groups=int(rng.integers(1, 30)),
             prefix_ratio=float(rng.uniform(0, 1)), concurrency=int(rng.integers(1, 12)),
@@ -303,3 +326,83 @@ def test_the_lineage_rule_keeps_more_prefixes_than_lru_when_unique_blocks_crowd_
             (("lru", lru), ("lineage", lineage), ("tiered", tiered))}  # fmt: skip
     # nothing ever hits a released run of unique blocks: evicting them first leaves more chains
     assert rate["lineage"] > 1.2 * rate["lru"] and rate["tiered"] > 1.2 * rate["lru"]
+
+
+# ---- G4: the replica's remote store, shared by its prefill workers --------------------------
+
+
+def test_what_g3_lets_go_of_goes_to_g4_where_any_worker_finds_it():
+    a = _arrays(g2=4, g3=4, g4=20, workers=2)
+    pc, wk_i = a[0], a[1]
+    # worker 1 holds chain 0's blocks 0..3 in G3 (none in G1 or G2)
+    pc[0, 1, 0, PC_N3], pc[0, 1, 0, PC_B3], pc[0, 1, 0, PC_S3], pc[0, 1, 0, PC_FREQ] = 4, 0, 5, 2
+    wk_i[0, 1, WI_G3U] = 4
+    a[2][0, RI_STAMP] = 5  # the replica's LRU clock, which stamped that segment
+    assert _ok(a, 16, w=0) and _ok(a, 16, w=1)
+    K.tiers.g3_room(pc, wk_i, 0, 1, G, 2)  # G3 needs room for 2: chain 0's tail (blocks 2, 3) goes to G4
+    assert (pc[0, 1, 0, PC_N3], pc[0, 0, 0, PC_B4], pc[0, 0, 0, PC_N4], pc[0, 0, 0, PC_S4]) == (2, 2, 2, 5)
+    K.tiers.drop_g3(pc, wk_i, 0, 1, 0, G)  # the rest (blocks 0, 1) joins them: G4 holds 0..3
+    assert (pc[0, 0, 0, PC_B4], pc[0, 0, 0, PC_N4], wk_i[0, 0, WI_G4U]) == (0, 4, 4)
+    assert _ok(a, 16, w=0) and _ok(a, 16, w=1)
+    # worker 0 never held chain 0: a 6-block prefix finds its first 4 blocks in G4, which keeps them
+    assert _acq(a, 0, 6, 0, 16, w=0) == 4
+    assert (wk_i[0, 0, WI_LH2], wk_i[0, 0, WI_LH3], wk_i[0, 0, WI_LH4]) == (0, 0, 4)
+    assert pc[0, 0, 0, 0] == 6 and pc[0, 0, 0, PC_N4] == 4 and wk_i[0, 0, WI_G4U] == 4
+    assert pc[0, 0, 0, PC_S4] > 5, "the hit makes them G4's newest"
+    assert _ok(a, 16, w=0)
+    # a prompt its own tiers serve up to block 2 continues into G4 from there
+    _rel(a, 0, 6, 0, w=0)
+    pc[0, 1, 0, 0], pc[0, 1, 0, PC_FREQ] = 2, 1
+    wk_i[0, 1, WI_USED] = wk_i[0, 1, WI_FREE] = 2
+    assert _acq(a, 0, 5, 0, 16, w=1) == 4 and wk_i[0, 1, WI_LH4] == 2
+
+
+def test_g4_keeps_one_segment_a_chain_nearest_its_head_and_evicts_the_oldest():
+    a = _arrays(g4=6)
+    pc, wk_i = a[0], a[1]
+
+    def put(g, first, n, stamp):
+        K.tiers.g4_put(pc, wk_i, 0, 0, G, g, first, n, stamp)
+        return pc[0, 0, g, PC_B4], pc[0, 0, g, PC_N4], pc[0, 0, g, PC_S4]
+
+    assert put(0, 4, 2, 1) == (4, 2, 1)  # blocks 4, 5 of chain 0
+    assert put(0, 8, 2, 2) == (4, 2, 1), "beyond a gap: not kept"
+    assert put(0, 0, 2, 3) == (0, 2, 3), "nearer the head: instead"
+    assert put(0, 2, 2, 1) == (0, 4, 3), "touching: merged, the newer stamp kept"
+    assert put(0, 1, 2, 9) == (0, 4, 9), "already held: nothing added"
+    assert wk_i[0, 0, WI_G4U] == 4
+    put(1, 0, 4, 4)  # 8 blocks in a G4 of 6: the oldest segment (chain 1, stamp 4) loses its tail
+    assert (pc[0, 0, 0, PC_N4], pc[0, 0, 1, PC_N4], wk_i[0, 0, WI_G4U]) == (4, 2, 6)
+    assert _ok(a, 16)
+    wk_i[0, 0, WI_G4U] = 5
+    assert not _ok(a, 16), "a counter that disagrees is a broken state"
+
+
+def test_g4_serves_the_chains_every_worker_let_go_of_and_its_copies_are_timed():
+    base = dict(prefill_kv_blocks=40, g2_blocks=20, g3_blocks=30, kv_bytes_per_token=163_840)
+    # two prefill workers taking turns: a chain one of them let go of is found in G4 by either
+    spec = CellSpec(
+        cluster=ClusterSpec(n_prefill=2, n_decode=1, **base), workload=replace(WL, concurrency=4),
+        policy=PolicySpec(kind="round_robin"),
+    )  # fmt: skip
+    without = simulate(spec, **RUN)
+    res = simulate(replace(spec, cluster=replace(spec.cluster, g4_blocks=400, g4_gbps=2.0)), check_blocks=True, **RUN)
+    s = res.samples
+    assert (without.samples["cached_g4"] == 0).all()
+    assert s["cached_g4"].sum() > 0.1 * s["cached_blocks"].sum()
+    assert s["cached_blocks"].sum() > 1.2 * without.samples["cached_blocks"].sum()
+    # G4's copies cross its own link (2 GB/s: 64 tokens x 163,840 bytes = 5.24 ms a block), then G2's
+    copied = s["cached_g2"] + s["cached_g3"] + s["cached_g4"]
+    per_block = {k: 64 * 163_840 / (gbps * 1e6) for k, gbps in (("g2", 14.0), ("g3", 7.0), ("g4", 2.0))}
+    low = np.maximum.reduce(
+        [copied * per_block["g2"], s["cached_g3"] * per_block["g3"], s["cached_g4"] * per_block["g4"]]
+    )
+    assert (s["onboard_ms"][copied > 0] >= low[copied > 0] - 1e-9).all()
+
+
+def test_g4_keys_written_as_zero_change_nothing():
+    spec = _cell(prefill_kv_blocks=80, g2_blocks=60, g3_blocks=200, kv_bytes_per_token=163_840)
+    a = simulate(spec, **RUN)
+    b = simulate(replace(spec, cluster=replace(spec.cluster, g4_blocks=0, g4_gbps=3.0)), **RUN)
+    for k in a.samples:
+        assert np.array_equal(a.samples[k], b.samples[k]), k

@@ -1,0 +1,22 @@
+"""One side of a paired A/B run (bench/ab_paired.sh): the reference cell of bench_engine.py on one
+thread, 256 replicas x 2000 measured requests, once to load the kernels and then 9 times; prints
+the best and the median rate in simulated requests per second."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_engine import reference_cell  # noqa: E402
+
+from poa_mc.engine import simulate  # noqa: E402
+
+KW = dict(replicas=256, requests=2000, warmup=200, seed=1, stream=0, parallel=False)
+
+if __name__ == "__main__":
+    first = simulate(reference_cell(), **KW)
+    walls = sorted(simulate(reference_cell(), **KW).wall_s for _ in range(9))
+    n = first.simulated_requests
+    print(f"best {n / walls[0] / 1e6:.3f} M  median {n / walls[4] / 1e6:.3f} M")

@@ -1,0 +1,62 @@
+"""The CPU driver (kernels/cpu.py): which build a cell runs on, and that both builds load from the
+on-disk cache in a new process (a cache miss costs every `poa-mc run` a minute of compilation)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from poa_mc.kernels import cpu
+
+from poa_mc.engine import pack_params, simulate
+from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+WL = WorkloadSpec(
+    isl=Dist("fixed", 1024), osl=Dist("fixed", 16), prefix_groups=60, popularity="zipf", prefix_ratio=0.5,
+    concurrency=2,
+)  # fmt: skip
+G1 = CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=1), workload=WL, policy=PolicySpec())
+# G1 too small for the prefixes: G2 serves hits, which only the full build can give
+TIERS = CellSpec(
+    cluster=ClusterSpec(n_prefill=1, n_decode=1, prefill_kv_blocks=80, g2_blocks=160), workload=WL, policy=PolicySpec()
+)
+RUN = dict(replicas=2, requests=300, warmup=5, seed=1, stream=0)
+
+
+def _ip(spec):
+    return pack_params(spec, requests=20, warmup=2, seed=1, stream=0, record_candidates=True)[0]
+
+
+def test_cells_without_tiers_or_a_trace_run_the_lean_build():
+    assert cpu.lean(_ip(G1))
+    assert not cpu.lean(_ip(TIERS))
+
+
+def _run(script: str, cache_dir) -> str:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_both_builds_load_from_the_cache_in_a_new_process_and_stay_apart(tmp_path):
+    hits = simulate(TIERS, **RUN).samples["cached_g2"].sum()
+    assert hits > 0
+    # each build compiled by a process of its own, into a fresh cache (so that each numbers its
+    # functions alike), then a third process loads both, the lean one first: the full one must
+    # still run its own code (same-named symbols would link its calls into the lean build's)
+    head = "from poa_mc.engine import simulate\nfrom tests.test_kernels_cpu import G1, RUN, TIERS\n"
+    _run(head + "simulate(G1, **RUN)", tmp_path)
+    _run(head + "simulate(TIERS, **RUN)", tmp_path)
+    out = _run(
+        head
+        + textwrap.dedent("""
+            from poa_mc.kernels import cpu
+            simulate(G1, **RUN)
+            print(simulate(TIERS, **RUN).samples["cached_g2"].sum())
+            for d in (cpu._run_lean, cpu._run_full):
+                print(sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values()))
+        """),
+        tmp_path,
+    )
+    assert out.split() == [str(hits), "1", "0", "1", "0"], out
