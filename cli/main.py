@@ -320,6 +320,7 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
     backend = resolve_backend(r.backend)
     check_backend(backend)  # what `run` would refuse on this machine, validate refuses too
     check_out_dir(Path(r.out))
+    resumable = _check_existing_out(grid, backend)
     work = sum(estimate_cost(c, r) for c in cells)
     expected = speed.expected_seconds(work, backend, len(cells))
     when = (
@@ -333,6 +334,31 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
         f"({r.requests} + {r.warmup} warm-up) requests per cell; {len(cells) * r.replicas * (r.requests + r.warmup):,} "
         f"simulated requests, {when}; selfish policy {grid.poa.selfish!r}; out {r.out}"
     )
+    if resumable:
+        click.echo(
+            f"note: {r.out} holds an earlier run of a smaller grid: `poa-mc run --resume` runs only the new cells "
+            "(without --resume, run refuses the directory)"
+        )
+
+
+def _check_existing_out(grid, backend: str) -> bool:
+    """The refusals `run` would meet in an --out that already holds a run (another grid, files
+    without a manifest); True when only `run --resume` can use it (a grown grid)."""
+    from poa_mc.runner import build_manifest, cells_frame
+    from poa_mc.store import RunDir, RunDirError
+
+    run_dir = RunDir(Path(grid.run.out))
+    manifest = build_manifest(grid, backend)
+    cells_df = cells_frame(grid.cells())
+    try:
+        run_dir.check(manifest, cells_df, resume=False)
+        return False
+    except RunDirError as plain:
+        try:
+            run_dir.check(manifest, cells_df, resume=True)
+        except RunDirError:
+            raise BadInput(f"--out {grid.run.out}: {plain}") from None
+        return True
 
 
 def _duration(seconds: float) -> str:

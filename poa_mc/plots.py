@@ -345,6 +345,17 @@ def poa_vs_load_figure(poa: pl.DataFrame, *, replicas: int | None = None) -> Fig
         ):
             y = _floats(d[col])
             ax.plot(x, y, marker="o", markersize=5, color=colour, label=label)
+            if col == "poa_hat" and np.isfinite(y).any() and np.nanmin(y) < 1.0:
+                # frozen pricing and the observed cost have no >= 1 bound: say what a dip means
+                ax.text(
+                    0.02,
+                    0.04,
+                    "PoA-hat < 1: the estimator's bias, not better than optimal",
+                    transform=ax.transAxes,
+                    fontsize=7,
+                    color=colour,
+                    va="bottom",
+                )
             if not np.isfinite(y).any():  # else the line is just missing and the reader left guessing
                 ax.text(
                     0.02,

@@ -171,20 +171,14 @@ class RunDir:
 
         Refuses (RunDirError) a directory that holds another run, or files but no manifest.
         """
-        if self.root.exists() and not self.root.is_dir():
-            raise RunDirError(f"{self.root} exists and is not a directory")
-        existing = self.root.exists() and any(self.root.iterdir())
-        if existing and not self.manifest_path.exists():
-            raise RunDirError(f"{self.root} is not empty and holds no manifest.json; choose another --out")
+        old = self.check(manifest, cells_df, resume=resume)
+        existing = old is not None
         if existing:
-            old = self.read_manifest()
             if resume and old.get("fingerprint") != manifest.get("fingerprint"):
-                self._check_grown(old, manifest, cells_df)
                 self.remove_temporaries()
                 atomic_write_json(self.manifest_path, manifest)
                 atomic_write_parquet(cells_df, self.cells_path)
                 return True
-            self._check_same_run(old, manifest)
             if resume:
                 self.remove_temporaries()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -193,6 +187,22 @@ class RunDir:
         if not self.cells_path.exists():
             atomic_write_parquet(cells_df, self.cells_path)
         return existing
+
+    def check(self, manifest: dict[str, Any], cells_df: pl.DataFrame, *, resume: bool) -> dict[str, Any] | None:
+        """What `prepare` would refuse (RunDirError), reading only: the manifest of the run DIR
+        already holds, or None when DIR is absent or empty. `poa-mc validate` calls it too."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunDirError(f"{self.root} exists and is not a directory")
+        if not (self.root.exists() and any(self.root.iterdir())):
+            return None
+        if not self.manifest_path.exists():
+            raise RunDirError(f"{self.root} is not empty and holds no manifest.json; choose another --out")
+        old = self.read_manifest()
+        if resume and old.get("fingerprint") != manifest.get("fingerprint"):
+            self._check_grown(old, manifest, cells_df)
+        else:
+            self._check_same_run(old, manifest)
+        return old
 
     def _check_grown(self, old: dict[str, Any], new: dict[str, Any], cells_df: pl.DataFrame) -> None:
         """--resume on a changed grid: allowed when it only adds cells (or changes what reduce and

@@ -217,6 +217,24 @@ def test_resume_runs_only_the_new_cells_of_a_grown_grid(grid_file, tmp_path, fak
     assert r.exit_code == 2 and "run.requests 48 there, 40 here" in r.output
 
 
+def test_validate_meets_the_out_directory_as_run_would(grid_file, tmp_path, fake):
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    files = sorted(p for p in out.rglob("*"))
+    r = invoke("validate", grid_file, "--set", f"run.out={out}")
+    assert r.exit_code == 0 and "note:" not in r.output  # the same run: run would reuse it
+    r = invoke("validate", grid_file, "--set", f"run.out={out}", "--seed", "8")
+    assert r.exit_code == 2 and f"--out {out}" in r.output and "holds a different run" in r.output
+    r = invoke("validate", grid_file, "--set", f"run.out={out}", "--set", "grid.concurrency=[4, 32, 64]")
+    assert r.exit_code == 0 and "note:" in r.output and "--resume" in r.output  # a grown grid
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    r = invoke("validate", grid_file, "--set", f"run.out={stray}")
+    assert r.exit_code == 2 and "holds no manifest.json" in r.output
+    assert sorted(p for p in out.rglob("*")) == files  # validate wrote nothing
+
+
 def test_resume_removes_a_dead_writers_temporary_file(grid_file, tmp_path, fake):
     out = tmp_path / "out"
     assert invoke("run", "--grid", grid_file, "--out", out, "-q", "--shard", "0/2").exit_code == 0

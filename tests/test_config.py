@@ -380,3 +380,16 @@ def test_bad_run_samples_names_the_key(value):
 def test_a_misspelt_run_key_still_gets_a_suggestion():
     with pytest.raises(ConfigError, match="did you mean 'samples'"):
         loads_grid(SMALL.replace("warmup = 8", 'warmup = 8\nsample = "none"'))
+
+
+def test_a_copied_preset_writes_under_runs_of_its_name(tmp_path):
+    """No built-in grid names its own folder: a preset copied elsewhere and run from there writes
+    under runs/<its [run] name>, relative to where it runs, never into the package's data."""
+    from poa_mc.cli.main import builtin_grids
+
+    for name, path in builtin_grids().items():
+        copy = tmp_path / f"my-{name}.toml"
+        copy.write_text(path.read_text())
+        grid = load_grid(copy)
+        assert grid.run.out == f"runs/{grid.run.name}", name
+        assert not (copy.parent / grid.run.out).is_relative_to(path.parent), name

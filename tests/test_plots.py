@@ -199,3 +199,11 @@ def test_plots_survive_nan_and_inf(reduced, tmp_path):
     )
     assert plot_poa_vs_load(poa, tmp_path / "a.png").read_bytes()[:8] == PNG
     assert plot_poa_heatmap(poa, tmp_path / "b.png").read_bytes()[:8] == PNG
+
+
+def test_a_poa_hat_below_one_is_said_not_to_beat_the_optimum(reduced):
+    poa = pl.read_parquet(reduced / "poa.parquet")
+    note = "not better than optimal"
+    assert note not in _texts(poa_vs_load_figure(poa.with_columns(pl.lit(1.3).alias("poa_hat"))))
+    dipped = poa.with_columns(pl.lit(0.93).alias("poa_hat"))  # the paper's frozen flavour can do this
+    assert note in _texts(poa_vs_load_figure(dipped))

@@ -250,3 +250,37 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
     if clients == 16:  # the old estimator, far outside its own standard error
         old = n / (res.replica["window_ms"] / 1000.0)
         assert (x - old.mean()) > 10 * old.std(ddof=1) / np.sqrt(old.size) and old.mean() / x < 0.9
+
+
+def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
+    """docs/outputs.md: hit_rate_g1 ... g4 split hit_rate by the tier the blocks came from (G1 is
+    what the lower tiers did not serve) and sum to it; onboard_ms_mean is the mean copy wait."""
+    import dataclasses
+    import json
+
+    from poa_mc.accumulate import accumulate
+    from poa_mc.reduce import cell_stats
+    from poa_mc.spec import ClusterSpec
+
+    cluster = ClusterSpec(n_prefill=1, n_decode=2, g2_blocks=100, g3_blocks=100, g2_gbps=10.0, g3_gbps=1.0)
+    spec = {"cluster": dataclasses.asdict(cluster)}
+    ttft = np.array([[100.0, 300.0, 50.0, 100.0], [100.0, 100.0, 100.0, 900.0]])
+    cols = {
+        "ttft_ms": ttft, "e2e_ms": ttft + 100, "itl_ms": np.full((2, 4), 5.0), "osl": np.full((2, 4), 10),
+        "prompt_blocks": np.full((2, 4), 10), "cached_blocks": np.array([[10, 5, 0, 8], [4, 4, 4, 4]]),
+        "cached_g2": np.array([[2, 1, 0, 0], [1, 0, 0, 0]]), "cached_g3": np.array([[0, 0, 0, 3], [0, 1, 0, 0]]),
+        "cached_g4": np.array([[0, 0, 0, 0], [0, 0, 2, 0]]),
+        "onboard_ms": np.array([[1.0, 0, 0, 2.0], [0.5, 0.5, 0, 0]]),
+    }  # fmt: skip
+    poa = {"window": 4, "social_cost": "mean_ttft"}
+    row = cell_stats(accumulate(cols, {}, spec, poa, {}), {"cell_id": "c", "spec_json": json.dumps(spec)}, poa).row
+    assert row["hit_rate"] == pytest.approx(39 / 80)
+    assert row["hit_rate_g2"] == pytest.approx(4 / 80) and row["hit_rate_g3"] == pytest.approx(4 / 80)
+    assert row["hit_rate_g4"] == pytest.approx(2 / 80) and row["hit_rate_g1"] == pytest.approx(29 / 80)
+    assert sum(row[f"hit_rate_g{k}"] for k in (1, 2, 3, 4)) == pytest.approx(row["hit_rate"])
+    assert row["onboard_ms_mean"] == pytest.approx(4.0 / 8) and row["onboard_ms_mean_lo"] == 0.0  # clipped at 0
+    # G1 alone: no tier columns at all
+    g1 = {k: v for k, v in cols.items() if not k.startswith(("cached_g", "onboard"))}
+    spec1 = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2))}
+    row = cell_stats(accumulate(g1, {}, spec1, poa, {}), {"cell_id": "c", "spec_json": json.dumps(spec1)}, poa).row
+    assert "hit_rate_g1" not in row and "onboard_ms_mean" not in row
