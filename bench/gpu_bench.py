@@ -6,12 +6,16 @@ simulated requests per second (kernel time from CUDA events, and wall time with 
 copies), GPU memory used, and a lower bound of the achieved memory bandwidth (state + outputs
 written once, divided by kernel time), then a table.
 
-    python bench/gpu_bench.py [--requests 2000] [--max-s 20] [--sizes 4096,16384,65536]
+    python bench/gpu_bench.py [--requests 2000] [--max-s 20] [--sizes 4096,16384,65536] [--json FILE]
+
+--json FILE writes the reference point (1P/5D, C = 64, its largest replica count run) as
+{"kernel_rps", "wall_rps", "replicas"} for bench/gpu_check.sh's bench/gpu_results.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -29,6 +33,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="4096,16384,65536,131072")
     ap.add_argument("--topologies", default="1P/2D,1P/5D,4P/16D")
     ap.add_argument("--loads", default="64,512")
+    ap.add_argument("--json", default=None, help="write the reference point (1P/5D, C = 64) here")
     a = ap.parse_args()
     rows = []
     for topo in a.topologies.split(","):
@@ -38,7 +43,7 @@ def main() -> int:
             ip, fp, _ = pack_params(
                 spec, requests=a.requests, warmup=a.warmup, seed=1, stream=0, record_candidates=False
             )
-            per = bytes_per_replica(_shapes(ip, fp, n_p + n_d, a.requests, n_d, False))
+            per = bytes_per_replica(_shapes(ip, fp, n_p + n_d, a.requests, False))
             last = 0.0
             prev_n = 1
             for n in (int(x) for x in a.sizes.split(",")):
@@ -83,6 +88,16 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for t, c, n, sim, k, r1, r2, gib, gbs, _ in rows:
         print(f"| {t} | {c} | {n} | {sim} | {k:.3f} | {r1:,.0f} | {r2:,.0f} | {gib:.2f} | {gbs:.1f} |")
+    if a.json:
+        ref = [row for row in rows if row[0] == "1P/5D" and row[1] == 64]
+        point = max(ref, key=lambda row: row[2]) if ref else None
+        with open(a.json, "w") as f:
+            json.dump(
+                {"replicas": point[2], "kernel_rps": point[5], "wall_rps": point[6]}
+                if point
+                else {"replicas": None, "kernel_rps": None, "wall_rps": None},
+                f,
+            )
     return 0
 
 

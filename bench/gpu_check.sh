@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One prepared GPU check (issue: CUDA backend). Usage: bash bench/gpu_check.sh LOGDIR
 #  1. versions; 2. CPU-vs-CUDA equality on the device; 3. reference-workload benchmark;
-#  4. the quickstart grid with --backend cuda. Full log in LOGDIR/gpu_check.log, short table last.
+#  4. the quickstart grid and a paper preset (paper-70b-1p2d, 8 replicas) with --backend cuda;
+#  5. LOGDIR/gpu_results.json (also bench/gpu_results.json): date, device, commit, kernel_rps and
+#     wall_rps at the reference point (1P/5D, C = 64), equal_to_cpu.
+# Full log in LOGDIR/gpu_check.log, short table last. On the device tool, where the tree has no .git:
+#   POA_MC_COMMIT=<sha of HEAD here> bash bench/gpu_check.sh "$OUT"
 set -u
 LOG_DIR=${1:-/tmp/gpu_check}
 mkdir -p "$LOG_DIR"
@@ -32,7 +36,8 @@ PY
 echo "== 1. equality CPU vs CUDA"
 timeout 200 python3 bench/gpu_equality.py 1024 300; EQ=$?
 echo "== 2. benchmark"
-(cd bench && timeout 240 python3 gpu_bench.py --requests 2000 --max-s 12) | tee "$LOG_DIR/bench_table.txt"
+(cd bench && timeout 240 python3 gpu_bench.py --requests 2000 --max-s 12 --json "$LOG_DIR/ref_point.json") \
+  | tee "$LOG_DIR/bench_table.txt"
 echo "== 2b. threads per block, 1P/5D C=64, 65536 replicas"
 for tpb in 32 128; do
   (cd bench && POA_MC_CUDA_TPB=$tpb timeout 60 python3 gpu_bench.py --requests 2000 --sizes 65536 --topologies 1P/5D --loads 64 \
@@ -41,4 +46,29 @@ done
 echo "== 3. quickstart on cuda"
 (cd /tmp && timeout 150 python3 -m poa_mc.cli.main run --backend cuda --out "$LOG_DIR/quickstart" --quiet); QS=$?
 python3 -c "import json,sys; m=json.load(open('$LOG_DIR/quickstart/manifest.json')); print('backend', m.get('backend'), m.get('device'))" || true
-echo "== summary"; echo "equality exit=$EQ quickstart exit=$QS"; tail -12 "$LOG_DIR/bench_table.txt"
+echo "== 4. a paper preset on cuda"
+(cd /tmp && timeout 240 python3 -m poa_mc.cli.main run --grid paper-70b-1p2d --backend cuda --replicas 8 \
+  --out "$LOG_DIR/paper" --quiet); PP=$?
+echo "== 5. results"
+EQ=$EQ LOG_DIR=$LOG_DIR python3 - <<'PY'
+import datetime, json, os, subprocess
+log = os.environ["LOG_DIR"]
+try:
+    ref = json.load(open(os.path.join(log, "ref_point.json")))
+except (OSError, ValueError):
+    ref = {"replicas": None, "kernel_rps": None, "wall_rps": None}
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+except OSError:
+    smi = subprocess.CompletedProcess([], 1, "", "")
+git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+commit = os.environ.get("POA_MC_COMMIT") or git.stdout.strip() or None  # the device's copy may have no .git
+out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "device": smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else None,
+       "commit": commit, **ref, "equal_to_cpu": os.environ["EQ"] == "0"}
+for path in (os.path.join(log, "gpu_results.json"), "bench/gpu_results.json"):
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+print(json.dumps(out))
+PY
+echo "== summary"; echo "equality exit=$EQ quickstart exit=$QS paper exit=$PP"; tail -12 "$LOG_DIR/bench_table.txt"
