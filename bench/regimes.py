@@ -155,6 +155,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--admission", choices=("fcfs", "replay"), default=None, help="cluster.decode_admission")
     ap.add_argument("--no-recompute-last-block", action="store_true", help="cluster.recompute_last_block = false")
+    ap.add_argument("--router-blocks", choices=("per_request", "dynamo"), default=None, help="cluster.router_blocks")
     ap.add_argument("--steady", action="store_true", help="keep the load on to the end (poa-mc's default)")
     ap.add_argument("--compare", metavar="DIR", help="print beside each regime the replay's figures in DIR")
     ap.add_argument("--oracle-args", metavar="NAME", help="print the flags of bench/dynamo_oracle.py for NAME")
@@ -170,6 +171,8 @@ def main() -> int:
         spec = REGIMES[name]
         if a.admission:
             spec = replace(spec, cluster=replace(spec.cluster, decode_admission=a.admission))
+        if a.router_blocks:
+            spec = replace(spec, cluster=replace(spec.cluster, router_blocks=a.router_blocks))
         if a.no_recompute_last_block:
             spec = replace(spec, cluster=replace(spec.cluster, recompute_last_block=False))
         r = summarise(spec, a.replicas, a.requests, a.seed, drain=not a.steady)

@@ -38,7 +38,6 @@ from .layout import (
     P_Q,
     RESV_PENDING,
     RF_BATCH_DUE,
-    SI_ABP,
     SI_ISL,
     SI_MEAS,
     WI_AB,
@@ -54,6 +53,7 @@ def build(jit, cl):
     q_push = cl.q_push
     hand_to_decode = cl.hand_to_decode
     record_candidates = cl.record_candidates_call
+    book_active = cl.book_active
 
     @jit
     def cost(ip, slot_i, wk_i, queue, r, held, n, lo, i, j):
@@ -142,12 +142,12 @@ def build(jit, cl):
             s = q_pop(queue, wk_i, r, held, ip[P_Q])
             d = np.int64(rep_f[r, pr + i])
             pblk = (np.int64(slot_i[r, s, SI_ISL]) + bs - 1) // bs
-            wk_i[r, d, WI_AB] += pblk
-            slot_i[r, s, SI_ABP] = pblk
+            # a disaggregated decode router assumes no KV reuse (-1: no group counted, router.py)
+            added = book_active(wk_i, slot_i, r, s, d, np.int64(-1), np.int64(0), pblk, np.int64(0))
             meas = np.int64(slot_i[r, s, SI_MEAS])
             if meas >= 0:
                 out_i[r, meas, OI_DADD_T] = 0
-                out_i[r, meas, OI_DADD_B] = pblk
+                out_i[r, meas, OI_DADD_B] = added
                 out_f[r, meas, OF_DDEC] = t
             hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t, np.int64(RESV_PENDING))
 

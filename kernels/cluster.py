@@ -72,6 +72,7 @@ from .layout import (
     P_CTL,
     P_D,
     P_DADMIT,
+    P_DEDUP,
     P_DKV,
     P_FLOW,
     P_G,
@@ -182,7 +183,6 @@ from .layout import (
     WF_HELD0,
     WF_T0,
     WF_WAKE,
-    WI_AB,
     WI_APT,
     WI_FREE,
     WI_MIXED,
@@ -225,6 +225,8 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
     router_cand_blocks = router.cand_blocks
     router_cand_tokens = router.cand_tokens
     router_choose = router.choose
+    router_book_active = router.book_active
+    router_unbook_active = router.unbook_active
     heap_push = heap.push
     ctl_tick = controller.tick
     ctl_observe = controller.observe
@@ -933,13 +935,14 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         if ip[P_RECORD] == 0 or meas < 0:
             return
         g = np.int64(slot_i[r, s, SI_GRP])
-        pfx = np.int64(slot_i[r, s, SI_PFX]) if with_overlap else np.int64(0)
+        apfx = np.int64(slot_i[r, s, SI_PFX])
+        pfx = apfx if with_overlap else np.int64(0)
         isl = np.int64(slot_i[r, s, SI_ISL])
         pblk = (isl + ip[P_B] - 1) // ip[P_B]
         for w in range(lo, lo + k):
             cw = cache_row(ip, w)
             cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, ip[P_B])
-            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, cw, g, pfx, pblk)
+            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, cw, g, pfx, apfx, pblk)
 
     # inlined at the prefill decision (route); called at the decode decision and in batches, so
     # that the event loop does not carry a second copy (compile time)
@@ -1069,17 +1072,20 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         # the router books what it believes; workers compute against what they really hold
         seen = cache_seen_overlap(pc, r, cache_row(ip, w), g, pfx)
         slot_i[r, s, SI_APT] = isl - seen * bs
-        slot_i[r, s, SI_ABP] = pblk - seen
         wk_i[r, w, WI_APT] += isl - seen * bs
-        wk_i[r, w, WI_AB] += pblk - seen
+        if prefill_first and ip[P_DEDUP] == 1:  # Dynamo's prefill router tracks no active blocks
+            slot_i[r, s, SI_ABP] = 0
+            added = np.int64(0)
+        else:
+            added = router_book_active(wk_i, slot_i, r, s, w, g, pfx, pblk, seen)
         if meas >= 0:
             out_i[r, meas, OI_CHOSEN] = w - lo
             if prefill_first:
                 out_i[r, meas, OI_PADD_T] = isl - seen * bs
-                out_i[r, meas, OI_PADD_B] = pblk - seen
+                out_i[r, meas, OI_PADD_B] = added
             else:
                 out_i[r, meas, OI_DADD_T] = isl - seen * bs
-                out_i[r, meas, OI_DADD_B] = pblk - seen
+                out_i[r, meas, OI_DADD_B] = added
                 out_f[r, meas, OF_DDEC] = t
         if prefill_first:
             slot_i[r, s, SI_PW] = w
@@ -1111,7 +1117,8 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
             pc, wk_i, rep_i, r, d, g, np.int64(slot_i[r, s, SI_PFX]), np.int64(slot_i[r, s, SI_RESERVE]), keep,
             np.int64(-1), ip[P_G],
         )  # fmt: skip
-        wk_i[r, d, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+        # a disaggregated decode router assumes no KV reuse: no group was counted (router.py)
+        router_unbook_active(wk_i, slot_i, r, s, d, g if ip[P_FLOW] != FLOW_PREFILL_FIRST else np.int64(-1))
         if ip[P_PLAN] == 1:
             pl_observe_itl(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_FIRST], osl - 1)
         meas = np.int64(slot_i[r, s, SI_MEAS])
@@ -1193,5 +1200,6 @@ def build(jit, rng, cache, router, heap, controller, planner, timing, replay, ji
         oracle_decode=oracle_decode,
         record_candidates=record_candidates,
         record_candidates_call=record_candidates_call,
+        book_active=router_book_active,
         finish=finish,
     )

@@ -15,7 +15,10 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 values at the offsets F_TB_*)
   slot_i int32 (R, S, NSI)      per in-flight request, indices SI_*
   slot_f float64 (R, S, NSF)    per in-flight request times, indices SF_*
-  wk_i  int32 (R, W + 1, NWI)   per worker counters, indices WI_* (row W: the shared queue)
+  wk_i  int32 (R, W + 1, NWI [+ 2 G])  per worker counters, indices WI_* (row W: the shared queue);
+                                with P_DEDUP, then per prefix group g the router's in-flight requests
+                                of g on the worker (WI_RG + 2 g) and the longest prefix among them,
+                                blocks (WI_RG + 2 g + 1): Dynamo's router counts those blocks once
   wk_f  float64 (R, W + 1, NWF) per worker times, indices WF_*
   pc    int32 (R, W, G + A, 4)  prefix cache (kernels/cache.py), one per worker (with P_PSHARE, the prefill
                                 workers' shared cache is worker 0's). Rows g < G, prefix chains: length
@@ -112,7 +115,9 @@ P_LINEAGE = 59  # 1: the prefill workers' caches evict by the lineage rule (WI_L
 P_TG = 60  # trace: prefix groups of one pass over the trace; pass k's requests use groups + k P_TG (mod P_G)
 P_G4CAP = 61  # tiers: G4 (remote storage shared by the prefill workers) blocks of the replica (0: none)
 P_CR4 = 62  # tiers: the kv router's credit for a G4 hit, in thousandths
-NP_I = 63
+P_DEDUP = 63  # 1: the router counts a block held by several in-flight requests on a worker once (Dynamo's
+#               ActiveSequences; kernels/router.py: shared_active), per group in wk_i's WI_RG columns
+NP_I = 64
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -320,6 +325,7 @@ WI_G4CAP = 29  # G4 capacity, blocks (the replica's, written in every prefill wo
 WI_G4U = 30  # worker 0's row: G4 blocks in use (the replica's, chain segments)
 WI_LH4 = 31  # the last acquire's blocks copied from G4 (they stay there too)
 NWI = 32
+WI_RG = NWI  # with P_DEDUP: 2 columns per prefix group after the counters (see wk_i above)
 
 # ---- per-worker floats ----
 WF_BUSY = 0  # end of the current pass, +inf when idle

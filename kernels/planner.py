@@ -35,6 +35,7 @@ from .layout import (
     F_PL_SLO_T,
     F_PL_START,
     NRF,
+    NWI,
     P_CTL_LOG,
     P_CTL_WIN,
     P_G,
@@ -177,6 +178,8 @@ def build(jit):
         wk_i[r, w, WI_OLDG] = 0
         wk_i[r, w, WI_APT] = 0
         wk_i[r, w, WI_AB] = 0
+        for j in range(NWI, wk_i.shape[2]):  # the router's groups in flight there (P_DEDUP)
+            wk_i[r, w, j] = 0
 
     @jit
     def tick(ip, fp, wk_i, wk_f, pc, ev, rep_i, rep_f, r, t, t_last):

@@ -89,7 +89,6 @@ from .layout import (
     SF_ONB,
     SF_SVC,
     SF_TPF,
-    SI_ABP,
     SI_ADMIT,
     SI_APT,
     SI_CACHED,
@@ -122,7 +121,6 @@ from .layout import (
     WF_HELD0,
     WF_T0,
     WF_WAKE,
-    WI_AB,
     WI_APT,
     WI_CR1,
     WI_DECAY,
@@ -163,6 +161,8 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
     cache_release = cache.release
     cache_grow = cache.grow
     router_fewest_blocks = router.fewest_blocks
+    router_book_active = router.book_active
+    router_unbook_active = router.unbook_active
     router_decode_choice = router.decode_choice
     router_sample_blocks = router.sample_blocks
     cache_seen_overlap = cache.seen_overlap
@@ -338,7 +338,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
             # the prefill worker keeps the KV until the decode worker has it (plan_decode frees it)
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])
-            wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+            router_unbook_active(wk_i, slot_i, r, s, w, np.int64(-1))
             if ip[P_POLICY] == POL_BATCH:
                 batch_hold(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, queue, rep_f, out_f, out_i, cand, r, s, t)
                 return
@@ -349,7 +349,7 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
             if ip[P_POLICY] == POL_ORACLE:
                 d = cl_oracle_decode(ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], nd, t)
             elif ip[P_POLICY] != POL_KV:
-                d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd)
+                d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd, g, pfx)
             else:
                 # the calls are spelled out (not one dispatching function): this is the hot path,
                 # and on the CPU each call of a compiled function passes its array arguments
@@ -360,14 +360,12 @@ def build(jit, rng, cache, router, heap, controller, planner, cl, batch, timing,
                         wk_i, pc, rep_i, r, key, ip[P_NP], nd, g, pfx, isl, pblk, bs, omega_d, rep_f[r, RF_TAU]
                     )
                 elif rep_f[r, RF_TAU] > 0.0:
-                    d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], nd, rep_f[r, RF_TAU])
+                    d = router_sample_blocks(wk_i, pc, rep_i, r, key, ip[P_NP], nd, g, pfx, rep_f[r, RF_TAU])
                 else:
-                    d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd)
-            booked = pblk
-            if omega_d > 0.0:
-                booked = pblk - cache_seen_overlap(pc, r, d, g, pfx)
-            wk_i[r, d, WI_AB] += booked
-            slot_i[r, s, SI_ABP] = booked
+                    d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd, g, pfx)
+            seen = cache_seen_overlap(pc, r, d, g, pfx) if omega_d > 0.0 else np.int64(0)
+            # Dynamo's disaggregated decode router assumes no KV reuse (-1: no group counted)
+            booked = router_book_active(wk_i, slot_i, r, s, d, np.int64(-1), pfx, pblk, seen)
             meas = np.int64(slot_i[r, s, SI_MEAS])
             if meas >= 0:
                 out_i[r, meas, OI_DADD_T] = 0

@@ -7,6 +7,11 @@ they happen). Dynamo's cost of worker w for a request of `isl` tokens, `pblk` pr
 `ov_w` cached leading blocks there:
     tokens_w = APT_w + isl - ov_w * B,  blocks_w = AB_w + pblk - ov_w,
     cost_w = omega * tokens_w / B + blocks_w.
+With `cluster.router_block_dedup` (P_DEDUP) the blocks are Dynamo's ActiveSequences count: a block
+held by several of the router's in-flight requests on w counts once, so a request adds the blocks
+its group's in-flight requests there do not hold yet: blocks_w = AB_w + pblk - sh_w (shared_active),
+whatever w caches; AB_w is then the requests' own blocks plus, per group in flight there, the
+longest prefix among its requests (kept until the group's last request there leaves).
 Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
 no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
 `cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
@@ -19,6 +24,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    NWI,
     POL_HASH,
     POL_KV,
     POL_POWER_OF_D,
@@ -26,16 +32,20 @@ from .layout import (
     POL_ROUND_ROBIN,
     RI_DECIDE,
     RI_RR,
+    SI_ABP,
     WI_AB,
     WI_APT,
     WI_CR1,
+    WI_RG,
 )
 
 _B0 = 100
 _HASH_B0 = 1 << 40
 
 
-def build(jit, rng, cache, tiers):
+def build(jit, rng, cache, tiers, jit_inline=None):
+    """`jit_inline` compiles the active-block bookkeeping, on every decision's path (source.py)."""
+    jit_inline = jit_inline or jit
     rng_below = rng.below
     uniform = rng.uniform
     seen_overlap = cache.seen_overlap  # the router decides from what it has been told
@@ -56,18 +66,66 @@ def build(jit, rng, cache, tiers):
             + np.int64(wk_i[r, cw, WI_CR1 + 2]) * h3 + np.int64(wk_i[r, cw, WI_CR1 + 3]) * h4
         ) / 1000.0  # fmt: skip
 
+    @jit_inline
+    def shared_active(wk_i, r, w, g, pfx):
+        """The blocks of a request of group g with `pfx` prefix blocks that the router's in-flight
+        requests on worker w already hold (P_DEDUP; 0 without it): its group's longest prefix
+        there, up to its own."""
+        if wk_i.shape[2] == NWI or g < 0 or pfx <= 0:
+            return np.int64(0)
+        if np.int64(wk_i[r, w, WI_RG + 2 * g]) == 0:
+            return np.int64(0)
+        return min(pfx, np.int64(wk_i[r, w, WI_RG + 2 * g + 1]))
+
+    @jit_inline
+    def book_active(wk_i, slot_i, r, s, w, g, pfx, pblk, seen):
+        """Request s's blocks join worker w's active blocks; returns what the decision added.
+        Without P_DEDUP its blocks less `seen` (the prefix the router sees cached there); with it
+        its blocks less shared_active, its group then counted in flight there."""
+        if wk_i.shape[2] == NWI or g < 0:
+            added = pblk - seen
+            slot_i[r, s, SI_ABP] = added
+            wk_i[r, w, WI_AB] += added
+            return added
+        added = pblk - shared_active(wk_i, r, w, g, pfx)
+        c = WI_RG + 2 * g
+        wk_i[r, w, c] += 1
+        if pfx > np.int64(wk_i[r, w, c + 1]):
+            wk_i[r, w, c + 1] = pfx
+        slot_i[r, s, SI_ABP] = pblk - pfx  # its own blocks, which leave with it
+        wk_i[r, w, WI_AB] += added
+        return added
+
+    @jit_inline
+    def unbook_active(wk_i, slot_i, r, s, w, g):
+        """Request s leaves worker w's active blocks (book_active's inverse); with P_DEDUP its
+        group's prefix leaves with the group's last request there."""
+        wk_i[r, w, WI_AB] -= np.int64(slot_i[r, s, SI_ABP])
+        if wk_i.shape[2] == NWI or g < 0:
+            return
+        c = WI_RG + 2 * g
+        wk_i[r, w, c] -= 1
+        if np.int64(wk_i[r, w, c]) == 0:
+            wk_i[r, w, WI_AB] -= wk_i[r, w, c + 1]
+            wk_i[r, w, c + 1] = 0
+
     @jit
     def cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, bs):
         return np.int64(wk_i[r, w, WI_APT]) + isl - overlap(wk_i, pc, r, cw, g, pfx) * bs
 
     @jit
-    def cand_blocks(wk_i, pc, r, w, cw, g, pfx, pblk):
+    def cand_blocks(wk_i, pc, r, w, cw, g, pfx, apfx, pblk):
+        """The request's potential active blocks on w: less the prefix credited as cached (`pfx`,
+        0 where the overlap is not credited), or with P_DEDUP less shared_active (`apfx`, its
+        prefix blocks)."""
+        if wk_i.shape[2] > NWI:
+            return np.float64(np.int64(wk_i[r, w, WI_AB]) + pblk - shared_active(wk_i, r, w, g, apfx))
         return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(wk_i, pc, r, cw, g, pfx)
 
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
         return omega * cand_tokens(wk_i, pc, r, w, w, g, pfx, isl, bs) / bs + cand_blocks(
-            wk_i, pc, r, w, w, g, pfx, pblk
+            wk_i, pc, r, w, w, g, pfx, pfx, pblk
         )
 
     @jit
@@ -139,15 +197,17 @@ def build(jit, rng, cache, tiers):
         return best
 
     @jit
-    def fewest_blocks(wk_i, rep_i, r, key, lo, k):
-        """Dynamo 1.x's decode choice in prefill_first: fewest active blocks, ties at random."""
+    def fewest_blocks(wk_i, rep_i, r, key, lo, k, g, pfx):
+        """Dynamo 1.x's decode choice in prefill_first: fewest potential active blocks (the
+        request's own blocks are a constant, less what its group holds there with P_DEDUP), ties
+        at random."""
         dec = rep_i[r, RI_DECIDE]
         rep_i[r, RI_DECIDE] = dec + 1
         best = lo
-        best_v = np.int64(wk_i[r, lo, WI_AB])
+        best_v = np.int64(wk_i[r, lo, WI_AB]) - shared_active(wk_i, r, lo, g, pfx)
         ties = 1
         for i in range(1, k):
-            v = np.int64(wk_i[r, lo + i, WI_AB])
+            v = np.int64(wk_i[r, lo + i, WI_AB]) - shared_active(wk_i, r, lo + i, g, pfx)
             if v < best_v:
                 best = lo + i
                 best_v = v
@@ -161,7 +221,7 @@ def build(jit, rng, cache, tiers):
     @jit
     def tempered_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega, blocks_only):
         if blocks_only:
-            return np.float64(np.int64(wk_i[r, w, WI_AB]))
+            return np.float64(np.int64(wk_i[r, w, WI_AB]) - shared_active(wk_i, r, w, g, pfx))
         return kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
 
     @jit
@@ -192,9 +252,9 @@ def build(jit, rng, cache, tiers):
         return lo + k - 1
 
     @jit
-    def sample_blocks(wk_i, pc, rep_i, r, key, lo, k, tau):
+    def sample_blocks(wk_i, pc, rep_i, r, key, lo, k, g, pfx, tau):
         """The decode choice of prefill_first at temperature tau > 0: the softmax over the decode
-        cost, active blocks (overlap weight 0; the request's own blocks are a constant)."""
+        cost, potential active blocks (overlap weight 0; as in fewest_blocks)."""
         dec = rep_i[r, RI_DECIDE]
         rep_i[r, RI_DECIDE] = dec + 1
         return tempered(
@@ -205,8 +265,8 @@ def build(jit, rng, cache, tiers):
             dec,
             lo,
             k,
-            np.int64(0),
-            np.int64(0),
+            g,
+            pfx,
             np.int64(0),
             np.int64(0),
             np.int64(1),
@@ -225,11 +285,14 @@ def build(jit, rng, cache, tiers):
         if omega_d > 0.0:
             return choose(POL_KV, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau, 0, 0)
         if tau > 0.0:
-            return sample_blocks(wk_i, pc, rep_i, r, key, lo, k, tau)
-        return fewest_blocks(wk_i, rep_i, r, key, lo, k)
+            return sample_blocks(wk_i, pc, rep_i, r, key, lo, k, g, pfx, tau)
+        return fewest_blocks(wk_i, rep_i, r, key, lo, k, g, pfx)
 
     return Namespace(
         decode_choice=decode_choice,
+        shared_active=shared_active,
+        book_active=book_active,
+        unbook_active=unbook_active,
         cand_tokens=cand_tokens,
         cand_blocks=cand_blocks,
         kv_cost=kv_cost,

@@ -21,7 +21,7 @@ def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     r = rng.build(jit)
     tr = tiers.build(jit, jit_inline, enabled=not lean)
     c = cache.build(jit, tr, jit_inline)
-    ro = router.build(jit, r, c, tr)
+    ro = router.build(jit, r, c, tr, jit_inline)
     h = heap.build(jit)
     ctl = controller.build(jit)
     pl = planner.build(jit)

@@ -248,6 +248,7 @@ def pack_params(
     ip[L.P_DADMIT] = L.DADMIT_REPLAY if c.decode_admission == "replay" else L.DADMIT_FCFS
     ip[L.P_DRAIN] = 1 if drain else 0
     ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
+    ip[L.P_DEDUP] = 1 if c.router_blocks == "dynamo" else 0
     ip[L.P_H] = max(slots, 1)
     if c.has_tiers():
         ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks, c.g3_blocks
@@ -429,7 +430,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
     return {
         "slot_i": ((slots, L.NSI), np.int32),
         "slot_f": ((slots, L.NSF), np.float64),
-        "wk_i": ((n_workers + 1, L.NWI), np.int32),
+        "wk_i": ((n_workers + 1, L.NWI + (2 * int(ip[L.P_G]) if ip[L.P_DEDUP] else 0)), np.int32),
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
         "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), L.NPC_T if ip[L.P_G2CAP] > 0 else L.NPC), np.int32),
         "ev": ((4 * slots + 16 if delayed else 1, 4), np.float64),

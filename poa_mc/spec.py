@@ -272,6 +272,7 @@ class ControllerSpec:
 
 
 TIER_EVICTIONS = ("lru", "lineage")
+ROUTER_BLOCKS = ("per_request", "dynamo")
 TIER_CREDIT = (1.0, 0.75, 0.25, 0.1)  # Dynamo's credit for a G1..G4 hit (docs/tiers.md)
 
 
@@ -343,6 +344,12 @@ class ClusterSpec:
     kv_event_delay_ms: float = 0.0
     decode_admission: str = "fcfs"
     recompute_last_block: bool = True
+    # the router's active blocks (docs/engine.md, "The router's active blocks"): "per_request" (the
+    # default so far) charges every decision its blocks less the prefix the worker caches; "dynamo"
+    # follows Dynamo 1.x: a disaggregated prefill router tracks none, a disaggregated decode router
+    # assumes no KV reuse, and a router over aggregated workers counts a block held by several
+    # in-flight requests once (a group's prefix once per worker)
+    router_blocks: str = "per_request"
     max_inflight: int = 4096
     # lower KV tiers of each prefill worker (kernels/tiers.py, docs/tiers.md); 0 blocks: absent
     g2_blocks: int = 0
@@ -426,6 +433,10 @@ class ClusterSpec:
         if self.has_tiers() and self.flow != "prefill_first":
             raise SpecError(
                 f"{path}.g2_blocks", "lower tiers are modelled on the prefill workers of flow = prefill_first"
+            )
+        if self.router_blocks not in ROUTER_BLOCKS:
+            raise SpecError(
+                f"{path}.router_blocks", f"must be one of {', '.join(ROUTER_BLOCKS)}, got {self.router_blocks!r}"
             )
         if self.tier_eviction not in TIER_EVICTIONS:
             raise SpecError(
@@ -574,7 +585,10 @@ TIER_KEYS = ("g2_blocks", "g2_gbps", "g3_blocks", "g3_gbps", "g4_blocks", "g4_gb
 def drop_tier_keys(cluster: dict, policies: list[dict]) -> None:
     """Remove the tier keys from a cluster's and its policies' dicts when the cluster has no lower
     tiers (and the credits are the defaults): grids written before tiers existed keep their cell
-    ids and fingerprints, also with the tier keys written out as 0."""
+    ids and fingerprints, also with the tier keys written out as 0. Likewise the router's block
+    counting at its former default (router_blocks = "per_request")."""
+    if cluster.get("router_blocks", "per_request") == "per_request":
+        cluster.pop("router_blocks", None)
     if cluster.get("tier_eviction", "lru") == "lru":
         cluster.pop("tier_eviction", None)
     if any(cluster.get(k, 0) for k in ("g2_blocks", "g3_blocks", "g4_blocks")):

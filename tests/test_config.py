@@ -59,6 +59,7 @@ def test_malformed_topology_names_its_index():
         ("osl = 16", "osl = 16\nconcurrency = 3", "workload.concurrency"),
         ("replicas = 6", "replicas = 0", "run.replicas"),
         ("replicas = 6", "replicas = true", "run.replicas"),
+        ('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "dedup"', "cluster.router_blocks"),
     ],
 )
 def test_errors_name_the_key_path(old, new, path):
@@ -393,3 +394,14 @@ def test_a_copied_preset_writes_under_runs_of_its_name(tmp_path):
         grid = load_grid(copy)
         assert grid.run.out == f"runs/{grid.run.name}", name
         assert not (copy.parent / grid.run.out).is_relative_to(path.parent), name
+
+
+def test_router_blocks_at_its_default_keeps_cell_ids():
+    """A grid written before `cluster.router_blocks` existed keeps its cell ids and fingerprint when
+    the key is written out at its default; `dynamo` makes other cells."""
+    base = loads_grid(SMALL)
+    same = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "per_request"'))
+    other = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "dynamo"'))
+    assert [c.cell_id for c in base.cells()] == [c.cell_id for c in same.cells()]
+    assert not {c.cell_id for c in base.cells()} & {c.cell_id for c in other.cells()}
+    assert base.to_dict() == same.to_dict()

@@ -125,7 +125,7 @@ def test_decode_choice_at_temperature_follows_dynamos_softmax():
     pc = np.zeros((1, 4, 1, 4), dtype=np.int32)  # no prefix is read at overlap weight 0
     key = K.rng.replica_key(1, 2, 3)  # the type the kernels pass
     n = 20_000
-    picks = np.array([K.router.sample_blocks(wk_i, pc, rep_i, 0, key, 1, 3, 1.0) for _ in range(n)])
+    picks = np.array([K.router.sample_blocks(wk_i, pc, rep_i, 0, key, 1, 3, 0, 0, 1.0) for _ in range(n)])
     assert rep_i[0, RI_DECIDE] == n  # each decision draws from its own sub-stream
     w = np.exp(-np.array([0.0, 10.0, 20.0]) / (20.0 * 1.0))
     p = w / w.sum()  # docs/sources.md, "Router cost and temperature": exp(-(c - cmin) / ((cmax - cmin) tau))
@@ -133,7 +133,7 @@ def test_decode_choice_at_temperature_follows_dynamos_softmax():
     assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / n)), (freq, p)
     # equal costs: uniform; the engine keeps the argmin (fewest_blocks) at tau = 0
     wk_i[0, 1:4, WI_AB] = 7
-    eq = np.array([K.router.sample_blocks(wk_i, pc, rep_i, 0, key, 1, 3, 0.5) for _ in range(3000)])
+    eq = np.array([K.router.sample_blocks(wk_i, pc, rep_i, 0, key, 1, 3, 0, 0, 0.5) for _ in range(3000)])
     assert set(np.unique(eq)) == {1, 2, 3}
 
 
