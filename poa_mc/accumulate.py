@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numba
 import numpy as np
 
 from poa_mc import sketch
@@ -135,6 +136,17 @@ def _slo_met(slo: dict[str, Any], ttft: np.ndarray, itl: np.ndarray, gaps: np.nd
     return ok.sum(axis=1).astype(np.int64)
 
 
+@numba.njit(cache=True, parallel=True)
+def _take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """np.take_along_axis(x, order[:, :, None], axis=1) for x (R, N, K), in parallel over replicas
+    (numpy's gather was a third of PoA-hat's host time)."""
+    out = np.empty_like(x)
+    for r in numba.prange(x.shape[0]):
+        for i in range(order.shape[1]):
+            out[r, i] = x[r, order[r, i]]
+    return out
+
+
 def poa_hat_sums(
     cols: dict[str, np.ndarray], spec: dict[str, Any], poa: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, int]:
@@ -171,7 +183,8 @@ def poa_hat_sums(
         order = np.argsort(decided, axis=1, kind="stable")
 
         def take(x: np.ndarray) -> np.ndarray:
-            return np.take_along_axis(x, order[:, :, None] if x.ndim == 3 else order, axis=1)
+            x = np.asarray(x)
+            return _take_rows(x if x.ndim == 3 else x[:, :, None], order).reshape(x.shape)
 
         # the decode decision's observed latency starts when it is made (the prefill is behind it)
         since = ttft - (decided - arrival)

@@ -101,10 +101,16 @@ class Estimate:
 _NAN_ESTIMATE = Estimate(math.nan, math.nan, math.nan)
 
 
-def _t_quantile(n: int, level: float) -> float:
-    from scipy import stats  # here, not at import: scipy.stats alone takes a second to import
+def _t_ppf(p: float, df: int) -> float:
+    """Student t's inverse CDF: scipy.special's, which scipy.stats.t.ppf calls (the same numbers;
+    tested), imported here and not scipy.stats, which takes 0.7 s to import against 0.2 s."""
+    from scipy import special
 
-    return float(stats.t.ppf(0.5 + level / 2, n - 1))
+    return float(special.stdtrit(df, p))
+
+
+def _t_quantile(n: int, level: float) -> float:
+    return _t_ppf(0.5 + level / 2, n - 1)
 
 
 def _too_few(x: np.ndarray) -> Estimate | None:
@@ -236,9 +242,7 @@ def ratio_to_best(
     n = s.size
     if n < 2 or not (np.isfinite(mat).all() and np.isfinite(s).all()) or mean_s <= 0 or not (means > 0).all():
         return rho, math.nan, math.nan, names[b]
-    from scipy import stats
-
-    t = float(stats.t.ppf(1.0 - (1.0 - level) / len(names) / 2.0, n - 1))
+    t = _t_ppf(1.0 - (1.0 - level) / len(names) / 2.0, n - 1)
     log_ratio = math.log(mean_s) - np.log(means)
     se = (s / mean_s - mat / means[:, None]).std(axis=1, ddof=1) / math.sqrt(n)
     lo = _exp_or_inf(float(np.max(log_ratio - t * se)))
@@ -583,26 +587,87 @@ def window_opt(costs: np.ndarray, slots: int, *, windows_per_replica: int = 0) -
 Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
+@numba.njit(cache=True)
+def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
+    """OPT of one window under slot pricing of Dynamo's router cost (router_cost, the same
+    arithmetic as the generic path): f (n, K), a and t (K,). NaN when a price is not finite (the
+    caller then names the window through the generic path)."""
+    n, k = f_tok.shape
+    a = np.empty((n, slots * k))
+    for i in range(n):
+        for j in range(slots):
+            for kk in range(k):
+                tok = max(f_tok[i, kk] + max(j - t_tok[kk], 0.0) * a_tok[kk], 0.0)
+                blk = max(f_blk[i, kk] + max(j - t_blk[kk], 0.0) * a_blk[kk], 0.0)
+                c = omega * tok / block_size + blk
+                if not np.isfinite(c):
+                    return np.nan
+                a[i, j * k + kk] = c
+    return _assign_min(a)
+
+
 @numba.njit(cache=True, parallel=True)
 def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
-    """slot_priced_opt for Dynamo's router cost (router_cost, same arithmetic), priced and solved
-    window by window in compiled code: the same matrices as the generic path, built in place.
-    Returns NaN for a window with a non-finite price (the caller then names it)."""
-    nwin, n, k = f_tok.shape
+    """slot_priced_opt for Dynamo's router cost, priced and solved window by window in compiled
+    code: the same matrices as the generic path, built in place. NaN for a non-finite price."""
+    out = np.empty(f_tok.shape[0])
+    for w in numba.prange(f_tok.shape[0]):
+        prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
+        out[w] = _router_window_opt(*prices, slots, omega, block_size)
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def _slot_router_opt_recorded(  # pragma: no cover
+    tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size
+):
+    """_slot_router_opt from the recorded arrays of whole windows: tok, blk (W, n, K); chosen,
+    add_*, dec, rel_* (W, n). Each window's load before each decision (_load_before), smallest
+    loads (_min_added) and requests gone by its last decision (_transient) are worked out here,
+    window by window, with the numpy functions' arithmetic (sums of whole numbers: exact in any
+    order), so the result is the same to the bit; the numpy path builds (W, n, n) and (W, n, K)
+    temporaries for them and took 80% of the host's PoA-hat time (bench/RESULTS.md)."""
+    nwin, n, k = tok.shape
     out = np.empty(nwin)
     for w in numba.prange(nwin):
-        a = np.empty((n, slots * k))
-        ok = True
+        f_tok = np.empty((n, k))
+        f_blk = np.empty((n, k))
         for i in range(n):
-            for j in range(slots):
-                for kk in range(k):
-                    tok = max(f_tok[w, i, kk] + max(j - t_tok[w, kk], 0.0) * a_tok[w, kk], 0.0)
-                    blk = max(f_blk[w, i, kk] + max(j - t_blk[w, kk], 0.0) * a_blk[w, kk], 0.0)
-                    c = omega * tok / block_size + blk
-                    if not np.isfinite(c):
-                        ok = False
-                    a[i, j * k + kk] = c
-        out[w] = _assign_min(a) if ok else np.nan
+            for kk in range(k):
+                bt = 0.0
+                bb = 0.0
+                for e in range(i):
+                    if chosen[w, e] == kk:
+                        if rel_t[w, e] > dec[w, i]:
+                            bt += add_t[w, e]
+                        if rel_b[w, e] > dec[w, i]:
+                            bb += add_b[w, e]
+                f_tok[i, kk] = tok[w, i, kk] - bt
+                f_blk[i, kk] = blk[w, i, kk] - bb
+        t_last = dec[w, 0]
+        least_t = add_t[w, 0]
+        least_b = add_b[w, 0]
+        for e in range(1, n):
+            t_last = max(t_last, dec[w, e])
+            least_t = min(least_t, add_t[w, e])
+            least_b = min(least_b, add_b[w, e])
+        a_tok = np.full(k, np.inf)
+        a_blk = np.full(k, np.inf)
+        t_tok = np.zeros(k)
+        t_blk = np.zeros(k)
+        for e in range(n):
+            c = chosen[w, e]
+            a_tok[c] = min(a_tok[c], add_t[w, e])
+            a_blk[c] = min(a_blk[c], add_b[w, e])
+            if rel_t[w, e] <= t_last:
+                t_tok[c] += 1.0
+            if rel_b[w, e] <= t_last:
+                t_blk[c] += 1.0
+        for kk in range(k):
+            if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
+                a_tok[kk] = least_t
+                a_blk[kk] = least_b
+        out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size)
     return out
 
 
@@ -813,6 +878,19 @@ def poa_hat_from_candidates(
     shape = (r * nw, window, k)
     tok = np.asarray(cand_tokens, dtype=np.float64)[:, :m].reshape(shape)
     blk = np.asarray(cand_blocks, dtype=np.float64)[:, :m].reshape(shape)
+    times = (decided_ms, released_tokens_ms, released_blocks_ms)
+    if cost == "router" and slots * k >= window and all(x is not None for x in times):
+        # the default flavour, in compiled code from the recorded arrays (the same numbers)
+        def windows(x: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+            return np.ascontiguousarray(np.asarray(x)[:, :m].reshape(r * nw, window), dtype=dtype)
+
+        opt = _slot_router_opt_recorded(
+            np.ascontiguousarray(tok), np.ascontiguousarray(blk), windows(chosen, np.int64),
+            windows(added_tokens), windows(added_blocks), *(windows(x) for x in times),
+            int(slots), float(overlap_weight), float(block_size),
+        )  # fmt: skip
+        if not np.isnan(opt).any():
+            return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)
     f_tok = tok - _load_before(chosen, added_tokens, window, k, decided_ms, released_tokens_ms).reshape(shape)
     f_blk = blk - _load_before(chosen, added_blocks, window, k, decided_ms, released_blocks_ms).reshape(shape)
     a_tok = _min_added(chosen, added_tokens, window, k).reshape(r * nw, k)
