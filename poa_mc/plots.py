@@ -808,7 +808,8 @@ def cache_game_figure(game: pl.DataFrame) -> Figure:
     from matplotlib import colormaps, ticker
 
     n = len(panels)
-    fig, flat = _figure(2, n, (_PANEL[0], 3.7), sharex=True)
+    # panels compare (topologies, loads): one y-scale per row (PoA_KV; hit rates)
+    fig, flat = _figure(2, n, (_PANEL[0], 3.7), sharex=True, sharey="row")
     axes = np.array(flat, dtype=object).reshape(2, n)
     alphas = sorted(game["zipf_alpha"].unique().to_list())
     colours = colormaps["viridis"](np.linspace(0.0, 0.85, max(len(alphas), 1)))

@@ -165,6 +165,18 @@ def test_out_under_a_file_or_unwritable(grid_file, tmp_path, fake, monkeypatch):
     r = invoke("run", "--grid", grid_file, "--out", out)
     assert r.exit_code == 2 and "not writable" in r.output
     assert not (tmp_path / "ro").exists()
+    # permission bits that say yes on a file system that says no (a read-only mount): the probe
+    # folder check_out_dir tries to create is what finds out
+    monkeypatch.setattr(poa_mc.runner.os, "access", lambda *a, **k: True)
+
+    def read_only(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(poa_mc.runner.tempfile, "mkdtemp", read_only)
+    r = invoke("run", "--grid", grid_file, "--out", out)
+    errors = [ln for ln in r.output.splitlines() if not ln.startswith("warning:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "Read-only file system" in errors[0], r.output
+    assert not (tmp_path / "ro").exists()
 
 
 def test_backend_cuda_without_a_gpu_writes_nothing(grid_file, tmp_path):

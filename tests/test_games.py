@@ -271,6 +271,12 @@ def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
         assert d["best_coordinated"][0] == min(("global", "hash"), key=costs.get)
         hits = summary.filter((pl.col("topology") == d["topology"][0]) & (pl.col("concurrency") == d["concurrency"][0]))
         assert sorted(hits["hit_rate"].to_list()) == sorted(d["hit_rate"].to_list())
+    from poa_mc.plots import cache_game_figure
+
+    fig = cache_game_figure(game)  # two panels (loads): PoA_KV on one y-scale, hit rates on another
+    shared = fig.axes[0].get_shared_y_axes()
+    assert shared.joined(fig.axes[0], fig.axes[1]) and fig.axes[2].get_shared_y_axes().joined(fig.axes[2], fig.axes[3])
+    assert not shared.joined(fig.axes[0], fig.axes[2])
     r = CliRunner().invoke(main, ["games", str(out)])
     assert r.exit_code == 0 and "caching game" in r.output and "PoA_KV" in r.output
     r = CliRunner().invoke(main, ["games", str(tmp_path)])
