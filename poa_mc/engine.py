@@ -260,6 +260,8 @@ def pack_params(
         ip[L.P_G4CAP] = c.g4_blocks
         ip[L.P_CR4] = round(1000 * pol.tier_credit[3])
         fp[L.F_G4_MS] = c.tier_copy_ms(c.g4_gbps) if c.g4_blocks > 0 else 0.0
+        if pol.cache == "global":  # the pool's G2 and G3, as its G1: one LRU each over every worker's
+            ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks * n_p, c.g3_blocks * n_p
     ip[L.P_CHECK] = 1 if check_blocks else 0
     ip[L.P_LINEAGE] = 1 if c.tier_eviction == "lineage" else 0
     if pol.kind == "batch":

@@ -548,8 +548,6 @@ class CellSpec:
             raise SpecError(
                 "policy.kind", f"{self.policy.kind} models the prefill_first path: it needs flow = prefill_first"
             )
-        if c.has_tiers() and self.policy.cache == "global":
-            raise SpecError("policy.cache", "a pooled prefill cache has no lower tiers yet: use cluster.g2_blocks = 0")
         if c.has_tiers() and self.planner is not None:
             raise SpecError("planner", "lower tiers are not modelled with a moving split yet: use g2_blocks = 0")
         if self.policy.cache == "global" and c.flow != "prefill_first":

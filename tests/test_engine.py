@@ -231,14 +231,16 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                  ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30),
                  ("prefill_first", "tiers+g4", 10.0, 60, 0.5, 1.0, 30),
                  ("aggregated", "kv-dynamo", 0.0, 16384, 0.0, 0.0, 30),
-                 ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30)]
+                 ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30),
+                 ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30)]
         # a controller that switches within the run; a decode router that chases overlap
         more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
                                                            min_dwell_ms=0.0, window=8)),
                 "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
                 "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
                 "planner": dict(kind="kv"), "aic": dict(kind="kv"), "tiers": dict(kind="kv"),
-                "tiers+g4": dict(kind="round_robin"), "kv-dynamo": dict(kind="kv")}
+                "tiers+g4": dict(kind="round_robin"), "kv-dynamo": dict(kind="kv"),
+                "global+tiers": dict(kind="kv", cache="global")}
         # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
         tiers = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
         # and a G4 shared by both prefill workers, fed by a G3 small enough to spill into it
@@ -251,10 +253,10 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
             spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
                                                 decode_kv_blocks=dkv, transfer_latency_ms=xfer,
-                                                **{"tiers": tiers, "tiers+g4": tiers4,
+                                                **{"tiers": tiers, "tiers+g4": tiers4, "global+tiers": tiers,
                                                    "kv-dynamo": {"router_blocks": "dynamo"}}.get(pol, {})),
                             workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
-                                                  prefix_groups=6 if pol.startswith("tiers") else 3, concurrency=6),
+                                                  prefix_groups=6 if "tiers" in pol else 3, concurrency=6),
                             policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
                             planner=planner, **({"profile": aic} if pol == "aic" else {}))
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)

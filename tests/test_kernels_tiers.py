@@ -406,3 +406,22 @@ def test_g4_keys_written_as_zero_change_nothing():
     b = simulate(replace(spec, cluster=replace(spec.cluster, g4_blocks=0, g4_gbps=3.0)), **RUN)
     for k in a.samples:
         assert np.array_equal(a.samples[k], b.samples[k]), k
+
+
+def test_a_pooled_cache_with_tiers_is_one_lru_of_the_pools_summed_capacity():
+    """The caching game's pooled cache (`cache = "global"`) with lower tiers: the pool's G1 and G2
+    are every prefill worker's together, and an exclusive G1 + G2 pool behaves request by request
+    as one pooled G1 of the summed capacity (copies instant), blocks conserved after every event."""
+
+    def pooled(**cluster):
+        c = ClusterSpec(n_prefill=2, n_decode=1, **cluster)
+        return CellSpec(cluster=c, workload=WL, policy=PolicySpec(cache="global"))
+
+    one = simulate(pooled(prefill_kv_blocks=120), **RUN)  # a pool of 240 blocks
+    two = simulate(pooled(prefill_kv_blocks=40, g2_blocks=80), check_blocks=True, **RUN)  # 80 + 160
+    hits = one.samples["cached_blocks"]
+    assert 0.2 < hits.sum() / one.samples["prompt_blocks"].sum() < 0.6  # the capacity binds
+    assert two.samples["cached_g2"].sum() > 0.2 * hits.sum()
+    for k in ("cached_blocks", "ttft_ms", "e2e_ms", "group", "prefill_worker"):
+        assert np.array_equal(one.samples[k], two.samples[k]), k
+    assert (two.replica["status"] == 0).all()
