@@ -28,6 +28,15 @@ builds a synthetic trace in Rust and replays it on a virtual clock:
 
 All reported numbers are computed here from the per-request records, so
 `--warmup W` can drop the first W requests (by arrival) from the statistics.
+
+`--random-groups` replays a trace instead (`run_mocker_trace_replay`, Mooncake
+JSONL with hash_ids, written to a temporary file): the same requests, each
+request's prefix group drawn at random from Python's `random.Random(--seed)`.
+In 1.6.1's synthetic replay at a fixed concurrency the group sequence does not
+depend on `arrival_seed` (the same reuse, request by request, for seeds 1, 2, 3,
+4, 42 and 12345 at C = 1), so its "seeds" repeat one workload and only the
+router's unseeded tie-breaks differ; with this flag each seed is another
+workload (bench/oracle_random_groups.sh, docs/engine.md).
 """
 
 import argparse
@@ -62,7 +71,28 @@ def parse_args(argv=None):
     p.add_argument("--kv-bandwidth-gbs", type=float, default=None)
     p.add_argument("--seed", type=int, default=42, help="trace/group seed")
     p.add_argument("--warmup", type=int, default=0)
+    p.add_argument(
+        "--random-groups", action="store_true", help="replay a trace whose groups are drawn from --seed (see above)"
+    )
     return p.parse_args(argv)
+
+
+def random_groups_trace(args, path):
+    """Mooncake-style JSONL: --requests rows of --isl tokens, the first round(ratio * blocks) hash
+    ids of each its group's (drawn uniformly with random.Random(--seed)), the rest its own."""
+    import random
+
+    rng = random.Random(args.seed)
+    blocks = args.isl // args.block_size
+    shared = round(args.prefix_ratio * blocks)
+    own = 1 << 40
+    with open(path, "w") as f:
+        for _ in range(args.requests):
+            g = rng.randrange(max(args.prefix_groups, 1))
+            ids = [g * 100_000 + j for j in range(shared)] + list(range(own, own + blocks - shared))
+            own += blocks - shared
+            row = {"timestamp": 0, "input_length": args.isl, "output_length": args.osl, "hash_ids": ids}
+            f.write(json.dumps(row) + "\n")
 
 
 def engine(args, worker_type, blocks, transfer=False):
@@ -120,7 +150,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("DYN_LOG", "warn")  # the router logs every pick
     try:
-        from dynamo._core import KvRouterConfig, run_mocker_synthetic_trace_replay
+        from dynamo._core import KvRouterConfig, run_mocker_synthetic_trace_replay, run_mocker_trace_replay
     except ImportError as exc:
         sys.exit(
             f"dynamo_oracle: NVIDIA Dynamo is not installed ({exc}); "
@@ -147,7 +177,17 @@ def main(argv=None):
         )
 
     t0 = time.perf_counter()
-    result = run_mocker_synthetic_trace_replay(args.isl, args.osl, args.requests, **kw)
+    if args.random_groups:
+        import tempfile
+
+        for k in ("shared_prefix_ratio", "num_prefix_groups", "arrival_seed"):
+            kw.pop(k)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.jsonl")
+            random_groups_trace(args, path)
+            result = run_mocker_trace_replay([path], trace_block_size=args.block_size, **kw)
+    else:
+        result = run_mocker_synthetic_trace_replay(args.isl, args.osl, args.requests, **kw)
     wall = time.perf_counter() - t0
 
     out = summarize(result.per_request, args.warmup, args.concurrency)
