@@ -432,3 +432,19 @@ def test_aic_models_lists_what_build_aic_accepts():
         return
     assert r.exit_code == 0, r.output
     assert "nvidia/Llama-3.1-70B-Instruct-FP8" in r.output and "b200_sxm" in r.output and "h200_sxm" in r.output
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_cold_kernel_cache_is_announced_before_the_first_cell(grid_file, tmp_path, monkeypatch, warm):
+    """On a cold cache the first cell compiles for about a minute: the run says so first, and
+    says nothing of it when the kernels are cached (the real engine; is_warm stands in for the
+    cache's state, the kernels themselves are compiled already)."""
+    import poa_mc.kernels._cache as cache
+
+    monkeypatch.setattr(cache, "is_warm", lambda target: warm)
+    r = invoke("run", "--grid", grid_file, "--out", tmp_path / "out", "--backend", "cpu")
+    assert r.exit_code == 0, r.output
+    said = [ln for ln in r.output.splitlines() if "compiling the cpu kernels" in ln]
+    assert len(said) == (0 if warm else 1)
+    if not warm:
+        assert r.output.index("compiling the cpu kernels") < r.output.index("[1/8]")
