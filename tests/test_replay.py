@@ -224,3 +224,27 @@ def test_a_timestamps_replay_of_one_instant_is_an_error(tmp_path):
     rows = [{"timestamp": 5, "input_length": 512, "output_length": 4, "hash_ids": [i]} for i in range(3)]
     with pytest.raises(SpecError, match="every timestamp is the same"):
         build_table(_trace(tmp_path, rows), replay="timestamps", block_size=64, trace_block_size=512)
+
+
+@pytest.mark.parametrize("fmt,name", [("azure", "azure_sample"), ("burstgpt", "burstgpt_sample")])
+def test_azure_and_burstgpt_traces_replay_at_their_own_times_with_their_own_lengths(fmt, name):
+    """Traces without hash_ids replay as they happened too: each row's lengths, in the trace's
+    order, at its timestamps scaled to the grid's rate (their prefixes from the synthetic model)."""
+    text = (
+        GRID.replace('format = "mooncake"', f'format = "{fmt}"')
+        .replace(f'path = "{AGENTIC}"', f'path = "{sample_path(name)}"')
+        .replace('replay = "closed"', 'replay = "timestamps"')
+        .replace("concurrency = [6]", "rate = [3.0]")
+    )
+    spec = _cells(text)[0]
+    res = simulate(spec, **RUN)
+    table = build_table(load_trace(sample_path(name), fmt), replay="timestamps", block_size=64, trace_block_size=512)
+    scale = table.rate_rps / 3.0
+    for r in range(3):
+        isl, osl = res.samples["isl"][r], res.samples["osl"][r]
+        starts = [j for j in range(len(table) - 40) if list(table.isl[j : j + 8]) == list(isl[:8])]
+        assert starts, "the replayed lengths are a stretch of the trace's rows"
+        j0 = starts[0]
+        assert list(table.osl[j0 : j0 + 40]) == list(osl[:40])
+        want = np.diff(table.time_ms[j0 : j0 + 40]) * scale
+        assert np.allclose(np.diff(res.samples["arrival_ms"][r][:40]), want)
