@@ -115,8 +115,9 @@ P_LINEAGE = 59  # 1: the prefill workers' caches evict by the lineage rule (WI_L
 P_TG = 60  # trace: prefix groups of one pass over the trace; pass k's requests use groups + k P_TG (mod P_G)
 P_G4CAP = 61  # tiers: G4 (remote storage shared by the prefill workers) blocks of the replica (0: none)
 P_CR4 = 62  # tiers: the kv router's credit for a G4 hit, in thousandths
-P_DEDUP = 63  # 1: the router counts a block held by several in-flight requests on a worker once (Dynamo's
-#               ActiveSequences; kernels/router.py: shared_active), per group in wk_i's WI_RG columns
+P_DEDUP = 63  # 1: cluster.router_blocks = "dynamo" (kernels/router.py): where the router assumes KV reuse it
+#               counts a block its in-flight requests on a worker share once (per group, wk_i's WI_RG
+#               columns); a disaggregated prefill router books no blocks
 NP_I = 64
 
 TRACE_NONE = 0

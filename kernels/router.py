@@ -7,11 +7,14 @@ they happen). Dynamo's cost of worker w for a request of `isl` tokens, `pblk` pr
 `ov_w` cached leading blocks there:
     tokens_w = APT_w + isl - ov_w * B,  blocks_w = AB_w + pblk - ov_w,
     cost_w = omega * tokens_w / B + blocks_w.
-With `cluster.router_block_dedup` (P_DEDUP) the blocks are Dynamo's ActiveSequences count: a block
-held by several of the router's in-flight requests on w counts once, so a request adds the blocks
-its group's in-flight requests there do not hold yet: blocks_w = AB_w + pblk - sh_w (shared_active),
-whatever w caches; AB_w is then the requests' own blocks plus, per group in flight there, the
-longest prefix among its requests (kept until the group's last request there leaves).
+With `cluster.router_blocks = "dynamo"` (P_DEDUP) the blocks are Dynamo's ActiveSequences count
+where its router assumes KV reuse (aggregated and decode_first workers): a block held by several
+of the router's in-flight requests on w counts once, so a request adds the blocks its group's
+in-flight requests there do not hold yet: blocks_w = AB_w + pblk - sh_w (shared_active), whatever
+w caches; AB_w is then the requests' own blocks plus, per group in flight there, the longest
+prefix among its requests (kept until the group's last request there leaves). Its callers pass
+g = -1 where Dynamo assumes no reuse (a disaggregated decode router), and a disaggregated prefill
+router books nothing (kernels/cluster.py: route).
 Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
 no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
 `cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
