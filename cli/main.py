@@ -320,7 +320,7 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
     backend = resolve_backend(r.backend)
     check_backend(backend)  # what `run` would refuse on this machine, validate refuses too
     check_out_dir(Path(r.out))
-    resumable = _check_existing_out(grid, backend)
+    resumable = _check_existing_out(grid, backend, cells)
     work = sum(estimate_cost(c, r) for c in cells)
     expected = speed.expected_seconds(work, backend, len(cells))
     when = (
@@ -341,7 +341,7 @@ def validate(grid_file: str, sets: tuple[str, ...], **shortcuts: int | None) -> 
         )
 
 
-def _check_existing_out(grid, backend: str) -> bool:
+def _check_existing_out(grid, backend: str, cells: list) -> bool:
     """The refusals `run` would meet in an --out that already holds a run (another grid, files
     without a manifest); True when only `run --resume` can use it (a grown grid)."""
     from poa_mc.runner import build_manifest, cells_frame
@@ -349,7 +349,7 @@ def _check_existing_out(grid, backend: str) -> bool:
 
     run_dir = RunDir(Path(grid.run.out))
     manifest = build_manifest(grid, backend)
-    cells_df = cells_frame(grid.cells())
+    cells_df = cells_frame(cells)
     try:
         run_dir.check(manifest, cells_df, resume=False)
         return False
