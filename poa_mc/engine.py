@@ -361,9 +361,9 @@ def pack_profile(p: ProfileSpec) -> np.ndarray:
         fp[L.F_P2], fp[L.F_P1], fp[L.F_P0] = p.p2, p.p1, p.p0
         fp[L.F_D2], fp[L.F_D1], fp[L.F_D0] = p.d2, p.d1, p.d0
     elif p.kind == "aic":
-        from poa_mc.timing_tables import by_sha
+        from poa_mc.timing_tables import for_profile
 
-        region, offsets = by_sha(p.table_sha).region()
+        region, offsets = for_profile(p.table, p.table_sha).region()
         fp[L.F_TAB] = 1.0
         fields = (L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_GT, L.F_TB_GV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV)
         for f, off in zip(fields, offsets):

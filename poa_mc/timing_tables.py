@@ -180,7 +180,7 @@ _BY_SHA: dict[str, TimingTable] = {}
 
 def load(ref: str, base_dir: Path | None = None, path: str = "profile.table") -> TimingTable:
     """A shipped table by name, or a table file (relative paths from base_dir, default the working
-    directory). The table is remembered by its digest for `by_sha` (the kernels' packer)."""
+    directory). The table is remembered by its digest for `for_profile` (the kernels' packer)."""
     builtin = builtin_tables()
     if ref in builtin:
         file = builtin[ref]
@@ -199,9 +199,20 @@ def load(ref: str, base_dir: Path | None = None, path: str = "profile.table") ->
     return table
 
 
-def by_sha(sha: str) -> TimingTable:
-    """The table a resolved profile names (loaded when its profile was resolved in this process)."""
-    try:
+def for_profile(ref: str, sha: str) -> TimingTable:
+    """The table a resolved profile names: the one loaded when the profile was resolved in this
+    process, or, in a process that never resolved it (`poa-mc reduce` re-pricing PoA-hat from a
+    run's cells), loaded again by its shipped name or file and checked against the run's digest."""
+    if sha in _BY_SHA:
         return _BY_SHA[sha]
-    except KeyError:
-        raise SpecError("profile.table", f"table {sha} was not loaded in this process") from None
+    try:
+        table = load(ref)
+    except SpecError:
+        raise SpecError(
+            "profile.table",
+            f"the run's timing table {ref!r} (digest {sha}) is neither shipped nor a file from here: "
+            "run the command from the folder the grid's relative table path starts at",
+        ) from None
+    if table.sha != sha:
+        raise SpecError("profile.table", f"table {ref!r} changed since the run: digest {table.sha}, the run's {sha}")
+    return table

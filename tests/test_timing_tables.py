@@ -110,3 +110,22 @@ def test_a_table_kept_as_its_source_gave_it_may_fall():
     with pytest.raises(SpecError) as e:
         parse(doc, "t.json")
     assert e.value.path == "t.json.envelope"
+
+
+def test_a_run_reduced_in_another_process_finds_its_table_again(monkeypatch):
+    """`poa-mc reduce --pricing ...` re-prices PoA-hat from a run's cells in a process that never
+    resolved the profile: the table is loaded again by its name and checked by its digest."""
+    from poa_mc import timing_tables
+    from poa_mc.engine import pack_profile
+    from poa_mc.profiles import resolve_profile
+    from poa_mc.spec import SpecError
+
+    spec = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
+    want = pack_profile(spec)
+    monkeypatch.setattr(timing_tables, "_BY_SHA", {})  # a fresh process
+    assert (pack_profile(spec) == want).all()
+    monkeypatch.setattr(timing_tables, "_BY_SHA", {})
+    with pytest.raises(SpecError, match="changed since the run"):
+        timing_tables.for_profile(spec.table, "0" * 16)
+    with pytest.raises(SpecError, match="neither shipped nor a file"):
+        timing_tables.for_profile("no-such-table.json", "0" * 16)
