@@ -4,7 +4,7 @@ from setuptools import setup
 
 setup(
     name="poa-mc",
-    version="0.2.0",
+    version="0.3.0",
     description="GPU-accelerated Monte Carlo estimator of the Price of Anarchy in disaggregated LLM serving",
     python_requires=">=3.10",
     packages=["poa_mc", "poa_mc.kernels", "poa_mc.cli", "poa_mc.data"],

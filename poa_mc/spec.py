@@ -344,12 +344,13 @@ class ClusterSpec:
     kv_event_delay_ms: float = 0.0
     decode_admission: str = "fcfs"
     recompute_last_block: bool = True
-    # the router's active blocks (docs/engine.md, "The router's active blocks"): "per_request" (the
-    # default so far) charges every decision its blocks less the prefix the worker caches; "dynamo"
-    # follows Dynamo 1.x: a disaggregated prefill router tracks none, a disaggregated decode router
-    # assumes no KV reuse, and a router over aggregated workers counts a block held by several
-    # in-flight requests once (a group's prefix once per worker)
-    router_blocks: str = "per_request"
+    # the router's active blocks (docs/engine.md, "The router's active blocks"): "dynamo" (the
+    # default since 0.3.0) follows Dynamo 1.x: a disaggregated prefill router tracks none, a
+    # disaggregated decode router assumes no KV reuse, and a router over aggregated workers counts a
+    # block held by several in-flight requests once (a group's prefix once per worker);
+    # "per_request" (the default before) charges every decision its blocks less the prefix the
+    # worker caches
+    router_blocks: str = "dynamo"
     max_inflight: int = 4096
     # lower KV tiers of each prefill worker (kernels/tiers.py, docs/tiers.md); 0 blocks: absent
     g2_blocks: int = 0
@@ -583,8 +584,9 @@ TIER_KEYS = ("g2_blocks", "g2_gbps", "g3_blocks", "g3_gbps", "g4_blocks", "g4_gb
 def drop_tier_keys(cluster: dict, policies: list[dict]) -> None:
     """Remove the tier keys from a cluster's and its policies' dicts when the cluster has no lower
     tiers (and the credits are the defaults): grids written before tiers existed keep their cell
-    ids and fingerprints, also with the tier keys written out as 0. Likewise the router's block
-    counting at its former default (router_blocks = "per_request")."""
+    ids and fingerprints, also with the tier keys written out as 0. The router's block counting is
+    kept out at "per_request", its default before 0.3.0: a cell that asks for it keeps the id it
+    had, and a cell at today's default ("dynamo", a different simulation) gets a new one."""
     if cluster.get("router_blocks", "per_request") == "per_request":
         cluster.pop("router_blocks", None)
     if cluster.get("tier_eviction", "lru") == "lru":

@@ -396,12 +396,15 @@ def test_a_copied_preset_writes_under_runs_of_its_name(tmp_path):
         assert not (copy.parent / grid.run.out).is_relative_to(path.parent), name
 
 
-def test_router_blocks_at_its_default_keeps_cell_ids():
-    """A grid written before `cluster.router_blocks` existed keeps its cell ids and fingerprint when
-    the key is written out at its default; `dynamo` makes other cells."""
+def test_router_blocks_per_request_keeps_its_old_cell_ids():
+    """`cluster.router_blocks` defaults to "dynamo" since 0.3.0: written out, it gives the default's
+    cells; "per_request" (the default before, a different simulation) gives other cells, with the
+    ids they had before the key existed (the key is left out of the id at that value)."""
     base = loads_grid(SMALL)
-    same = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "per_request"'))
-    other = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "dynamo"'))
+    same = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "dynamo"'))
+    old = loads_grid(SMALL.replace('flow = "decode_first"', 'flow = "decode_first"\nrouter_blocks = "per_request"'))
     assert [c.cell_id for c in base.cells()] == [c.cell_id for c in same.cells()]
-    assert not {c.cell_id for c in base.cells()} & {c.cell_id for c in other.cells()}
     assert base.to_dict() == same.to_dict()
+    assert not {c.cell_id for c in base.cells()} & {c.cell_id for c in old.cells()}
+    d = base.to_dict()
+    assert "router_blocks" not in old.to_dict()["cluster"] and d["cluster"]["router_blocks"] == "dynamo"
