@@ -1,5 +1,6 @@
-"""Are the engine's results unchanged? Simulates the fidelity regimes of bench/regimes.py and the
-quickstart's cells and writes every per-request array (samples and router candidates) to an npz,
+"""Are the engine's results unchanged? Simulates the fidelity regimes of bench/regimes.py (the
+reference cell among them), cells with lower KV tiers, and every candidate-picking policy on each
+flow, and writes every per-request array (samples and router candidates) to an npz,
 so that two commits can be compared array by array:
 
     python bench/at_commit.py COMMIT bench/same_results.py /tmp/before.npz
@@ -41,9 +42,28 @@ def tier_cells() -> dict[str, object]:
     return out
 
 
+def policy_cells() -> dict[str, object]:
+    """Every candidate-picking policy on each flow (kv also at temperature 0.7): a change that
+    leaves them bit-identical did not move router.py's choices or their random draws."""
+    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+    wl = WorkloadSpec(isl=Dist("uniform", low=256, high=2048), osl=Dist("fixed", 16), prefix_groups=8,
+                      prefix_ratio=0.5, concurrency=24)  # fmt: skip
+    out = {}
+    for flow, n_p, n_d in (("prefill_first", 3, 2), ("decode_first", 1, 3), ("aggregated", 0, 4)):
+        for kind in ("random", "least_loaded", "power_of_d", "kv", "round_robin", "hash"):
+            if kind == "hash" and flow != "prefill_first":
+                continue
+            for tau in (0.0, 0.7) if kind == "kv" else (0.0,):
+                cluster = ClusterSpec(n_prefill=n_p, n_decode=n_d, flow=flow)
+                policy = PolicySpec(kind=kind, d=2, temperature=tau)
+                out[f"policy-{flow}-{kind}-{tau}"] = CellSpec(cluster=cluster, workload=wl, policy=policy)
+    return out
+
+
 def arrays(replicas: int, requests: int) -> dict[str, np.ndarray]:
     out = {}
-    for name, spec in sorted({**REGIMES, **tier_cells()}.items()):
+    for name, spec in sorted({**REGIMES, **tier_cells(), **policy_cells()}.items()):
         res = simulate(spec, replicas=replicas, requests=requests, warmup=50, seed=5, stream=3)
         for group in (res.samples, res.candidates or {}):
             for k, v in group.items():

@@ -1,7 +1,7 @@
 """Where compiled kernels are cached on disk, keyed by the kernel sources themselves.
 
 Numba revalidates a cached function by its own file's timestamp only. Our drivers inline or link
-functions from every module of kernels/, so after an edit to, say, cluster.py a cached driver in
+functions from every module of kernels/, so after an edit to, say, decode.py a cached driver in
 cpu.py would be loaded stale and silently run the old code. Caching under a directory named by
 a hash of every kernel source makes any change of any kernel file a fresh cache.
 """

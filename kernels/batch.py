@@ -47,13 +47,13 @@ from .layout import (
 INF = math.inf
 
 
-def build(jit, cl):
-    q_at = cl.q_at
-    q_pop = cl.q_pop
-    q_push = cl.q_push
-    hand_to_decode = cl.hand_to_decode
-    record_candidates = cl.record_candidates_call
-    book_active = cl.book_active
+def build(jit, router, queues, decode, placement):
+    q_at = queues.q_at
+    q_pop = queues.q_pop
+    q_push = queues.q_push
+    hand_to_decode = decode.hand_to_decode
+    record_candidates = placement.record_candidates_call
+    book_active = router.book_active
 
     @jit
     def cost(ip, slot_i, wk_i, queue, r, held, n, lo, i, j):

@@ -87,7 +87,7 @@ P_NAIVE = 30  # 1: step decode one step per event (reference for the closed form
 P_H = 31  # heap capacity
 P_MAXEVENTS = 32  # safety valve: events per replica
 P_RBASE = 33  # global index of the first replica in this batch (random key)
-P_DADMIT = 34  # DADMIT_*: who a decode worker admits first (see kernels/cluster.py: admit_queue)
+P_DADMIT = 34  # DADMIT_*: who a decode worker admits first (see kernels/decode.py: admit_queue)
 P_DRAIN = 35  # 1: no arrivals after the measured requests (a finite run, as a replay)
 P_RECLAST = 36  # 1: a prefix hit stops short of the prompt's last token (vLLM recomputes it)
 P_CTL = 37  # 1: the adaptive controller retunes (omega, tau) during the run (kernels/controller.py)
@@ -142,15 +142,33 @@ FLOW_PREFILL_FIRST = 0
 FLOW_DECODE_FIRST = 1
 FLOW_AGGREGATED = 2
 
-POL_KV = 0
-POL_ROUND_ROBIN = 1
-POL_RANDOM = 2
-POL_LEAST_LOADED = 3
-POL_POWER_OF_D = 4
-POL_PULL = 5
-POL_ORACLE = 6  # prefill_first: least predicted TTFT from the true state (cluster.py: oracle_*)
-POL_BATCH = 7  # prefill_first: decode decisions held and assigned jointly (kernels/batch.py)
-POL_HASH = 8  # each prefix group has one owner worker, by rendezvous hashing (router.py: hash_owner)
+# The routing policies, one line each: `[[policy]] kind` -> the id the kernels dispatch on.
+# poa_mc.spec's POLICY_KINDS and poa_mc.engine's packing read this table. Policies that pick one of
+# the candidates are a function each in router.py, dispatched by `choose`; pull, oracle and batch
+# change the request's path (placement.py, prefill.py, batch.py). A new candidate-picking policy is
+# a line here (and its POL_ constant), a function in router.py and a line in `choose`.
+POLICY_TABLE = (
+    ("kv", 0),  # Dynamo's KV router: least cost, or its softmax at temperature > 0 (router.py: kv)
+    ("round_robin", 1),
+    ("random", 2),
+    ("least_loaded", 3),  # least queued prefill tokens (prefill) or active blocks (decode)
+    ("power_of_d", 4),  # the least loaded of d candidates drawn at random
+    ("pull", 5),  # idle prefill workers take requests from one shared queue
+    ("adaptive", 0),  # the kv router, its (temperature, overlap weight) retuned by controller.py
+    ("oracle", 6),  # prefill_first: least predicted TTFT from the true state (placement.py: oracle_*)
+    ("batch", 7),  # prefill_first: decode decisions held and assigned jointly (batch.py)
+    ("hash", 8),  # each prefix group has one owner worker, by rendezvous hashing (router.py: hash_owner)
+)
+POLICY_ID = dict(POLICY_TABLE)
+POL_KV = POLICY_ID["kv"]
+POL_ROUND_ROBIN = POLICY_ID["round_robin"]
+POL_RANDOM = POLICY_ID["random"]
+POL_LEAST_LOADED = POLICY_ID["least_loaded"]
+POL_POWER_OF_D = POLICY_ID["power_of_d"]
+POL_PULL = POLICY_ID["pull"]
+POL_ORACLE = POLICY_ID["oracle"]
+POL_BATCH = POLICY_ID["batch"]
+POL_HASH = POLICY_ID["hash"]
 
 DIST_FIXED = 0
 DIST_UNIFORM = 1
@@ -366,7 +384,7 @@ RI_PL_NT2 = 26  # planner: ... emitted after its end (observed ahead, when a dec
 RI_PL_NG = 27  # planner: inter-token gaps of the requests completed in the interval
 RI_TJ0 = 28  # trace: the replica's first row (timestamps) or first session (closed, in order)
 RI_TSESS = 29  # trace, closed replay: sessions started so far
-RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (replica.py)
+RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (decode.py)
 NRI = 31
 
 RF_NEXT_ARR = 0  # open loop: next arrival time

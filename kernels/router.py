@@ -14,7 +14,7 @@ in-flight requests there do not hold yet: blocks_w = AB_w + pblk - sh_w (shared_
 w caches; AB_w is then the requests' own blocks plus, per group in flight there, the longest
 prefix among its requests (kept until the group's last request there leaves). Its callers pass
 g = -1 where Dynamo assumes no reuse (a disaggregated decode router), and a disaggregated prefill
-router books nothing (kernels/cluster.py: route).
+router books nothing (kernels/placement.py: route).
 Random draws use the replica key with a = the decision's index and b >= 100, a sub-stream that
 no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
 `cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
@@ -153,6 +153,73 @@ def build(jit, rng, cache, tiers, jit_inline=None):
             return np.float64(np.int64(wk_i[r, w, WI_APT]))
         return np.float64(np.int64(wk_i[r, w, WI_AB]))
 
+    # ---------------------------------------------------------------- the policies
+    # One function each; `choose` dispatches on the kernel id of layout.POLICY_TABLE. A decision's
+    # random draws use the sub-stream (key, dec): b = _B0 for a single draw, _B0 + 1 + i for
+    # candidate i's sampling and _B0 + 1 + k + i for its tie-break.
+    @jit_inline
+    def keep_least(key, dec, k, i, w, v, best, best_v, ties):
+        """One step of an argmin with ties broken uniformly at random (a reservoir over the tied
+        set): candidate i (worker w) of k with value v against the best so far."""
+        if best < 0 or v < best_v:
+            return w, v, 1
+        if v == best_v:
+            ties += 1
+            if uniform(key, dec, _B0 + 1 + k + i) * ties < 1.0:
+                return w, best_v, ties
+        return best, best_v, ties
+
+    @jit
+    def round_robin(rep_i, r, lo, k):
+        i = rep_i[r, RI_RR] % k
+        rep_i[r, RI_RR] += 1
+        return lo + i
+
+    @jit
+    def random_worker(key, dec, lo, k):
+        return lo + rng_below(key, dec, np.int64(_B0), k)
+
+    @jit
+    def kv(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau):
+        """Dynamo's KV router: the least cost (module docstring), or its softmax at tau > 0."""
+        if tau > 0.0:
+            return tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, False)
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for i in range(k):
+            v = kv_cost(wk_i, pc, r, lo + i, g, pfx, isl, pblk, bs, omega)
+            best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
+        return best
+
+    @jit
+    def least_loaded(wk_i, r, key, dec, lo, k, by_tokens):
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for i in range(k):
+            v = load_of(wk_i, r, lo + i, by_tokens)
+            best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
+        return best
+
+    @jit
+    def power_of_d(wk_i, r, key, dec, lo, k, d, by_tokens):
+        """The least loaded of d distinct candidates drawn by selection sampling (Knuth's
+        algorithm S)."""
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        picked = 0
+        for i in range(k):
+            if picked >= d:
+                break
+            if uniform(key, dec, _B0 + 1 + i) * (k - i) >= d - picked:
+                continue
+            picked += 1
+            v = load_of(wk_i, r, lo + i, by_tokens)
+            best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
+        return best
+
     @jit
     def choose(policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega, tau, d, by_tokens):
         """The global index of the chosen worker. `by_tokens` picks the load that least_loaded and
@@ -161,43 +228,17 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         rep_i[r, RI_DECIDE] = dec + 1
         if k == 1:
             return lo
+        if policy == POL_KV:
+            return kv(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau)
         if policy == POL_ROUND_ROBIN:
-            i = rep_i[r, RI_RR] % k
-            rep_i[r, RI_RR] += 1
-            return lo + i
+            return round_robin(rep_i, r, lo, k)
         if policy == POL_RANDOM:
-            return lo + rng_below(key, dec, np.int64(_B0), k)
+            return random_worker(key, dec, lo, k)
         if policy == POL_HASH:
             return lo + hash_owner(key, g, k)
-        if policy == POL_KV and tau > 0.0:
-            return tempered(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau, False)
-        # argmin with ties broken uniformly at random (reservoir over the tied set); power_of_d
-        # first keeps d distinct candidates by selection sampling (Knuth's algorithm S).
-        best = -1
-        best_v = 0.0
-        ties = 0
-        picked = 0
-        for i in range(k):
-            w = lo + i
-            if policy == POL_POWER_OF_D:
-                if picked >= d:
-                    break
-                if uniform(key, dec, _B0 + 1 + i) * (k - i) >= d - picked:
-                    continue
-                picked += 1
-            if policy == POL_KV:
-                v = kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega)
-            else:
-                v = load_of(wk_i, r, w, by_tokens)
-            if best < 0 or v < best_v:
-                best = w
-                best_v = v
-                ties = 1
-            elif v == best_v:
-                ties += 1
-                if uniform(key, dec, _B0 + 1 + k + i) * ties < 1.0:
-                    best = w
-        return best
+        if policy == POL_POWER_OF_D:
+            return power_of_d(wk_i, r, key, dec, lo, k, d, by_tokens)
+        return least_loaded(wk_i, r, key, dec, lo, k, by_tokens)
 
     @jit
     def fewest_blocks(wk_i, rep_i, r, key, lo, k, g, pfx):
@@ -283,7 +324,7 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         """The decode choice of prefill_first. Dynamo forces the overlap weight to 0 there: the
         fewest active blocks (the request's own blocks are a constant), softmax at tau > 0. With
         omega_d > 0 (a decode router that chases overlap, for study) it is the kv choice over the
-        decode workers' caches with that weight. (replica.py spells these cases out on its hot
+        decode workers' caches with that weight. (prefill.py spells these cases out on its hot
         path; this is the one place that says what the choice is.)"""
         if omega_d > 0.0:
             return choose(POL_KV, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau, 0, 0)

@@ -4,7 +4,26 @@
 numba.cuda.jit(device=True), and the same Python functions become both targets.
 """
 
-from . import batch, cache, cluster, controller, heap, planner, replay, replica, rng, router, tiers, timing
+from . import (
+    batch,
+    blocks,
+    cache,
+    controller,
+    decode,
+    heap,
+    loop,
+    meters,
+    placement,
+    planner,
+    prefill,
+    queues,
+    replay,
+    requests,
+    rng,
+    router,
+    tiers,
+    timing,
+)  # fmt: skip
 from ._ns import Namespace
 
 
@@ -27,10 +46,17 @@ def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     pl = planner.build(jit)
     tm = timing.build(jit, jit_inline)
     rp = replay.build(jit, r, enabled=not lean)
-    cl = cluster.build(jit, r, c, ro, h, ctl, pl, tm, rp, jit_inline)
-    b = batch.build(jit, cl)
-    rep = replica.build(jit, r, c, ro, h, ctl, pl, cl, b, tm, tr, rp, jit_inline)
+    mt = meters.build(jit, jit_inline)
+    qu = queues.build(jit, jit_inline)
+    bl = blocks.build(jit, jit_inline)
+    rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, jit_inline)
+    dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, jit_inline)
+    plc = placement.build(jit, r, c, ro, ctl, tm, qu, bl, dc, jit_inline)
+    b = batch.build(jit, ro, qu, dc, plc)
+    pf = prefill.build(jit, tr, c, ro, ctl, tm, mt, qu, bl, dc, plc, b, jit_inline)
+    lp = loop.build(jit, r, tr, h, ctl, pl, rp, rq, dc, plc, b, pf, jit_inline)
     return Namespace(
-        rng=r, tiers=tr, replay=rp, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, cluster=cl,
-        batch=b, replica=rep, simulate_replica=rep.simulate_replica,
+        rng=r, tiers=tr, replay=rp, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, meters=mt,
+        queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b, prefill=pf, loop=lp,
+        simulate_replica=lp.simulate_replica,
     )  # fmt: skip

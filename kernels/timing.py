@@ -12,7 +12,7 @@ Two shapes, chosen per cell by fp[F_TAB]:
   context averages c tokens bilinearly in V_d[b][c]. Outside an axis the nearest interval's line
   goes on (linear extrapolation), so a table needs no clamp and its spans stay exact.
 
-A decode segment (kernels/cluster.py) is k steps of a fixed set of n sequences whose summed
+A decode segment (kernels/decode.py) is k steps of a fixed set of n sequences whose summed
 context is X0 at the first step, X0 + n j at step j. Its time has a closed form in both shapes:
 a quadratic's sum for the polynomial; for the table, per-sequence context c0 + j with c0 = X0 / n
 runs along one batch-blended row, a piecewise-linear function of c whose pieces (the context

@@ -74,18 +74,7 @@ from poa_mc.kernels import layout as L
 from poa_mc.spec import REGIMES, CellSpec, Dist, ProfileSpec, SpecError
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
-_POLICY = {
-    "kv": L.POL_KV,
-    "round_robin": L.POL_ROUND_ROBIN,
-    "random": L.POL_RANDOM,
-    "least_loaded": L.POL_LEAST_LOADED,
-    "power_of_d": L.POL_POWER_OF_D,
-    "pull": L.POL_PULL,
-    "adaptive": L.POL_KV,  # the kv router, its settings retuned by the controller
-    "oracle": L.POL_ORACLE,
-    "batch": L.POL_BATCH,
-    "hash": L.POL_HASH,
-}
+_POLICY = L.POLICY_ID  # `[[policy]] kind` -> the kernels' id (one table: kernels/layout.py)
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 # an aic profile is pass-timed like the polynomial; fp[F_TAB] tells the kernels to read its table
 _PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}

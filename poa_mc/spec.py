@@ -9,20 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from poa_mc.kernels.layout import POLICY_TABLE
+
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 DECODE_ADMISSIONS = ("fcfs", "replay")
-POLICY_KINDS = (
-    "kv",
-    "round_robin",
-    "random",
-    "least_loaded",
-    "power_of_d",
-    "pull",
-    "adaptive",
-    "oracle",
-    "batch",
-    "hash",
-)
+POLICY_KINDS = tuple(name for name, _ in POLICY_TABLE)  # the one table: kernels/layout.py
 CACHES = ("per_worker", "global")  # PolicySpec.cache
 BATCH_MAX = 64  # held decode decisions a batch router assigns at once (its kernel scratch grows with it)
 REGIMES = ("below", "transition", "saturated")
