@@ -2,8 +2,6 @@
 prefill can use, and a decode sequence's blocks as its output grows (reserved at admission, one
 more each block_size tokens, the full ones kept cached when it is released)."""
 
-import math
-
 import numpy as np
 
 from ._ns import Namespace
@@ -24,9 +22,6 @@ from .layout import (
     WI_FREE,
     WI_USED,
 )
-
-INF = math.inf
-NAN = math.nan
 
 
 def build(jit, jit_inline=None):

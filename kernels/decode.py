@@ -100,7 +100,6 @@ from .layout import (
 )
 
 INF = math.inf
-NAN = math.nan
 
 
 def build(jit, cache, controller, planner, timing, meters, queues, blocks, requests, jit_inline=None):

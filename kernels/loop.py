@@ -80,7 +80,6 @@ from .layout import (
 )
 
 INF = math.inf
-NAN = math.nan
 STATUS_SLOTS = 1
 STATUS_EVENTS = 2
 STATUS_STALL = 3

@@ -2,8 +2,6 @@
 and the workers' busy time, running sequences and held blocks (summary.parquet's utilisation
 columns). Each counts only from the first measured arrival on."""
 
-import math
-
 from ._ns import Namespace
 from .layout import (
     P_WARM,
@@ -13,9 +11,6 @@ from .layout import (
     RI_INFLIGHT,
     RI_SEQ,
 )
-
-INF = math.inf
-NAN = math.nan
 
 
 def build(jit, jit_inline=None):

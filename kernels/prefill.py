@@ -74,7 +74,6 @@ from .layout import (
 )
 
 INF = math.inf
-NAN = math.nan
 
 
 def build(

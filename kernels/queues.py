@@ -1,7 +1,7 @@
 """Per-worker FIFO rings of request slots: queue[r, row, :] with its head at wk_i[r, row, WI_QH]
-and its length at WI_QN (layout.py); row n_workers is the shared queue of pull and decode_first."""
-
-import math
+and its length at WI_QN (layout.py). Row n_workers is the shared queue (pull's prefill queue,
+decode_first's remote prefills); row n_workers + 1 is an open loop's stack of free slots, not a
+ring (requests.finish)."""
 
 import numpy as np
 
@@ -10,9 +10,6 @@ from .layout import (
     WI_QH,
     WI_QN,
 )
-
-INF = math.inf
-NAN = math.nan
 
 
 def build(jit, jit_inline=None):

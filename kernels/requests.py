@@ -113,9 +113,6 @@ from .layout import (
     TRACE_NONE,
 )
 
-INF = math.inf
-NAN = math.nan
-
 
 def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_inline=None):
     jit_inline = jit_inline or jit
