@@ -132,6 +132,17 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     usable_hit = blocks.usable_hit
 
     @jit_inline
+    def first_token(ip, fp, slot_f, rep_i, rep_f, r, s, at, t):
+        """Request s emits its first token at `at` (decided at t <= at): its TTFT goes to the
+        controller and the planner, when they run."""
+        slot_f[r, s, SF_FIRST] = at
+        if ip[P_CTL] == 1:
+            ctl_tick(ip, fp, rep_i, rep_f, r, t)
+            ctl_observe(ip, rep_i, rep_f, r, at - slot_f[r, s, SF_ARR], at)
+        if ip[P_PLAN] == 1:
+            pl_observe_ttft(ip, rep_i, rep_f, r, at - slot_f[r, s, SF_ARR], at)
+
+    @jit_inline
     def truncate(ip, fp, wk_i, wk_f, r, d, t_ready):
         """Something happens at t_ready on decode worker d (a request becomes ready, or waits for a
         pass boundary): end its segment at the first step boundary at or after t_ready."""
@@ -558,12 +569,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 slot_i[r, s, SI_NEED]
             ):
                 slot_i[r, s, SI_FRESH] = 0
-                slot_f[r, s, SF_FIRST] = first
-                if ip[P_CTL] == 1:
-                    ctl_tick(ip, fp, rep_i, rep_f, r, t)
-                    ctl_observe(ip, rep_i, rep_f, r, first - slot_f[r, s, SF_ARR], first)
-                if ip[P_PLAN] == 1:
-                    pl_observe_ttft(ip, rep_i, rep_f, r, first - slot_f[r, s, SF_ARR], first)
+                first_token(ip, fp, slot_f, rep_i, rep_f, r, s, first, t)
         wk_f[r, d, WF_BUSY] = t + dur
         if first_ready > t and first_ready < INF:
             truncate(ip, fp, wk_i, wk_f, r, d, first_ready)
@@ -600,12 +606,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 if done == need:
                     # a pass that completes a (re)computed prompt emits its next token
                     if slot_f[r, s, SF_FIRST] < 0.0:
-                        slot_f[r, s, SF_FIRST] = t
-                        if ip[P_CTL] == 1:
-                            ctl_tick(ip, fp, rep_i, rep_f, r, t)
-                            ctl_observe(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_ARR], t)
-                        if ip[P_PLAN] == 1:
-                            pl_observe_ttft(ip, rep_i, rep_f, r, t - slot_f[r, s, SF_ARR], t)
+                        first_token(ip, fp, slot_f, rep_i, rep_f, r, s, t, t)
                     slot_i[r, s, SI_FRESH] = 0
                     gen += 1
                     slot_i[r, s, SI_GEN] = gen
