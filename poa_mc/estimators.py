@@ -479,16 +479,34 @@ def _assign_min(a: np.ndarray) -> float:
     reaches a column): callers check in Python first.
     """
     n, m = a.shape
+    return _assign_min_in(a, _workspace(n, m))
+
+
+@numba.njit(cache=True)
+def _workspace(n: int, m: int) -> tuple:  # pragma: no cover
+    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used."""
+    return (
+        np.empty(n + 1), np.empty(m + 1), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
+        np.empty(m + 1), np.empty(m + 1, np.bool_),
+    )  # fmt: skip
+
+
+@numba.njit(cache=True)
+def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
+    """_assign_min on buffers made once by the caller (a window's solve allocated eight arrays
+    per row otherwise, which cost as much as the arithmetic at the default window)."""
+    n, m = a.shape
     inf = np.inf
-    u = np.zeros(n + 1)
-    v = np.zeros(m + 1)
-    owner = np.zeros(m + 1, np.int64)  # owner[j] = row (1-based) assigned to column j, 0 = free
-    prev = np.zeros(m + 1, np.int64)
+    u, v, owner, prev, minv, used = ws
+    u[: n + 1] = 0.0
+    v[: m + 1] = 0.0
+    owner[: m + 1] = 0  # owner[j] = row (1-based) assigned to column j, 0 = free
+    prev[: m + 1] = 0
     for i in range(1, n + 1):
         owner[0] = i
         j0 = 0
-        minv = np.full(m + 1, inf)
-        used = np.zeros(m + 1, np.bool_)
+        minv[: m + 1] = inf
+        used[: m + 1] = False
         while True:
             used[j0] = True
             i0 = owner[j0]
@@ -523,29 +541,39 @@ def _assign_min(a: np.ndarray) -> float:
     return total
 
 
+# Windows per task of a parallel solve: each task makes its buffers once (the same numbers on
+# any thread count and any chunking: windows are solved independently).
+_CHUNK = 256
+
+
 @numba.njit(cache=True, parallel=True)
-def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
+def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:  # pragma: no cover
     """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times. Windows
-    are independent: solved in parallel (the same numbers on any thread count)."""
+    are independent: solved in parallel."""
     nwin, n, k = costs.shape
     out = np.empty(nwin)
-    for w in numba.prange(nwin):
+    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
         a = np.empty((n, k * slots))
-        for i in range(n):
-            for j in range(k):
-                c = costs[w, i, j]
-                for s in range(slots):
-                    a[i, j * slots + s] = c
-        out[w] = _assign_min(a)
+        ws = _workspace(n, k * slots)
+        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
+            for i in range(n):
+                for j in range(k):
+                    v = costs[w, i, j]
+                    for s in range(slots):
+                        a[i, j * slots + s] = v
+            out[w] = _assign_min_in(a, ws)
     return out
 
 
 @numba.njit(cache=True, parallel=True)
-def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:
+def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:  # pragma: no cover
     """OPT of each window from full price matrices: prices (W, n, columns) -> (W,), in parallel."""
-    out = np.empty(prices.shape[0])
-    for w in numba.prange(prices.shape[0]):
-        out[w] = _assign_min(prices[w])
+    nwin, n, m = prices.shape
+    out = np.empty(nwin)
+    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
+        ws = _workspace(n, m)
+        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
+            out[w] = _assign_min_in(prices[w], ws)
     return out
 
 
@@ -588,12 +616,12 @@ Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
 @numba.njit(cache=True)
-def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
+def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws):  # pragma: no cover
     """OPT of one window under slot pricing of Dynamo's router cost (router_cost, the same
-    arithmetic as the generic path): f (n, K), a and t (K,). NaN when a price is not finite (the
-    caller then names the window through the generic path)."""
+    arithmetic as the generic path): f (n, K), a and t (K,); a (n, slots * K) and ws
+    (_workspace) the caller's buffers. NaN when a price is not finite (the caller then names the
+    window through the generic path)."""
     n, k = f_tok.shape
-    a = np.empty((n, slots * k))
     for i in range(n):
         for j in range(slots):
             for kk in range(k):
@@ -603,17 +631,21 @@ def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, b
                 if not np.isfinite(c):
                     return np.nan
                 a[i, j * k + kk] = c
-    return _assign_min(a)
+    return _assign_min_in(a, ws)
 
 
 @numba.njit(cache=True, parallel=True)
 def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
     """slot_priced_opt for Dynamo's router cost, priced and solved window by window in compiled
     code: the same matrices as the generic path, built in place. NaN for a non-finite price."""
-    out = np.empty(f_tok.shape[0])
-    for w in numba.prange(f_tok.shape[0]):
-        prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
-        out[w] = _router_window_opt(*prices, slots, omega, block_size)
+    nwin, n, k = f_tok.shape
+    out = np.empty(nwin)
+    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
+        a = np.empty((n, slots * k))
+        ws = _workspace(n, slots * k)
+        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
+            prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
+            out[w] = _router_window_opt(*prices, slots, omega, block_size, a, ws)
     return out
 
 
@@ -629,45 +661,52 @@ def _slot_router_opt_recorded(  # pragma: no cover
     temporaries for them and took 80% of the host's PoA-hat time (bench/RESULTS.md)."""
     nwin, n, k = tok.shape
     out = np.empty(nwin)
-    for w in numba.prange(nwin):
+    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
         f_tok = np.empty((n, k))
         f_blk = np.empty((n, k))
-        for i in range(n):
+        a_tok = np.empty(k)
+        a_blk = np.empty(k)
+        t_tok = np.empty(k)
+        t_blk = np.empty(k)
+        a = np.empty((n, slots * k))
+        ws = _workspace(n, slots * k)
+        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
+            for i in range(n):
+                for kk in range(k):
+                    bt = 0.0
+                    bb = 0.0
+                    for e in range(i):
+                        if chosen[w, e] == kk:
+                            if rel_t[w, e] > dec[w, i]:
+                                bt += add_t[w, e]
+                            if rel_b[w, e] > dec[w, i]:
+                                bb += add_b[w, e]
+                    f_tok[i, kk] = tok[w, i, kk] - bt
+                    f_blk[i, kk] = blk[w, i, kk] - bb
+            t_last = dec[w, 0]
+            least_t = add_t[w, 0]
+            least_b = add_b[w, 0]
+            for e in range(1, n):
+                t_last = max(t_last, dec[w, e])
+                least_t = min(least_t, add_t[w, e])
+                least_b = min(least_b, add_b[w, e])
+            a_tok[:] = np.inf
+            a_blk[:] = np.inf
+            t_tok[:] = 0.0
+            t_blk[:] = 0.0
+            for e in range(n):
+                ch = chosen[w, e]
+                a_tok[ch] = min(a_tok[ch], add_t[w, e])
+                a_blk[ch] = min(a_blk[ch], add_b[w, e])
+                if rel_t[w, e] <= t_last:
+                    t_tok[ch] += 1.0
+                if rel_b[w, e] <= t_last:
+                    t_blk[ch] += 1.0
             for kk in range(k):
-                bt = 0.0
-                bb = 0.0
-                for e in range(i):
-                    if chosen[w, e] == kk:
-                        if rel_t[w, e] > dec[w, i]:
-                            bt += add_t[w, e]
-                        if rel_b[w, e] > dec[w, i]:
-                            bb += add_b[w, e]
-                f_tok[i, kk] = tok[w, i, kk] - bt
-                f_blk[i, kk] = blk[w, i, kk] - bb
-        t_last = dec[w, 0]
-        least_t = add_t[w, 0]
-        least_b = add_b[w, 0]
-        for e in range(1, n):
-            t_last = max(t_last, dec[w, e])
-            least_t = min(least_t, add_t[w, e])
-            least_b = min(least_b, add_b[w, e])
-        a_tok = np.full(k, np.inf)
-        a_blk = np.full(k, np.inf)
-        t_tok = np.zeros(k)
-        t_blk = np.zeros(k)
-        for e in range(n):
-            c = chosen[w, e]
-            a_tok[c] = min(a_tok[c], add_t[w, e])
-            a_blk[c] = min(a_blk[c], add_b[w, e])
-            if rel_t[w, e] <= t_last:
-                t_tok[c] += 1.0
-            if rel_b[w, e] <= t_last:
-                t_blk[c] += 1.0
-        for kk in range(k):
-            if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
-                a_tok[kk] = least_t
-                a_blk[kk] = least_b
-        out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size)
+                if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
+                    a_tok[kk] = least_t
+                    a_blk[kk] = least_b
+            out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
     return out
 
 
