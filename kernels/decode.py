@@ -129,6 +129,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     set_reserve = blocks.set_reserve
     step_extra = blocks.step_extra
     step_ms = timing.step_ms
+    steps_until = timing.steps_until
     usable_hit = blocks.usable_hit
 
     @jit_inline
@@ -157,14 +158,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         x0 = np.int64(wk_i[r, d, WI_SEG_X0])
         n = np.int64(wk_i[r, d, WI_SEG_N])
         cap = np.float64(ip[P_DKV] * ip[P_B])
-        lo = 1
-        hi = np.int64(wk_i[r, d, WI_SEG_M])
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if t0 + decode_span(fp, x0, n, mid, cap) >= t_ready:
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = steps_until(fp, t0, x0, n, np.int64(wk_i[r, d, WI_SEG_M]), cap, t_ready)
         wk_i[r, d, WI_SEG_M] = lo
         wk_f[r, d, WF_BUSY] = t0 + decode_span(fp, x0, n, lo, cap)
 

@@ -208,7 +208,58 @@ def build(jit, jit_inline=None) -> Namespace:
             return clamped_span(fp, x0, n, k, cap)
         return quadratic_span(fp, x0, n, k, cap)
 
+    @jit
+    def steps_until(fp, t0, x0, n, m, cap, t):
+        """The first k in [1, m] whose k steps from t0 end at or after t (m if none): where a
+        segment is cut for something that happens at t. The first step's time guesses k (steps
+        lengthen as context grows, so the answer is the guess or a little below it), a gallop from
+        the guess brackets it and a binary search settles it: the same k as a binary search over
+        [1, m] (spans grow with k), in about two spans instead of log2(m)."""
+        if m <= 1:
+            return np.int64(1)
+        g = m
+        first = step_ms(fp, np.float64(x0), n, cap)
+        if first > 0.0 and t - t0 < first * np.float64(m - 1):
+            g = np.int64(math.ceil((t - t0) / first))
+            if g < 1:
+                g = np.int64(1)
+        lo = np.int64(1)
+        hi = m
+        if g >= m or t0 + decode_span(fp, x0, n, g, cap) >= t:
+            hi = g if g < m else m
+            step = np.int64(1)
+            while True:
+                c = hi - step
+                if c < 1:
+                    break
+                if t0 + decode_span(fp, x0, n, c, cap) >= t:
+                    hi = c
+                    step *= 2
+                else:
+                    lo = c + 1
+                    break
+        else:
+            lo = g + 1
+            step = np.int64(1)
+            while True:
+                c = lo + step - 1
+                if c >= m:
+                    break
+                if t0 + decode_span(fp, x0, n, c, cap) >= t:
+                    hi = c
+                    break
+                lo = c + 1
+                step *= 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if t0 + decode_span(fp, x0, n, mid, cap) >= t:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     return Namespace(
+        steps_until=steps_until,
         bracket=bracket,
         decode_row=decode_row,
         table_pass=table_pass,

@@ -105,3 +105,41 @@ def test_a_decode_span_is_the_sum_of_its_steps(tmp_path, name):
         span = K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(k), 1.0)
         steps = sum(K.step_ms(fp, float(x0 + n * j), np.int64(n), 1.0) for j in range(k))
         assert span == pytest.approx(steps, rel=1e-11), (x0, n, k)
+
+
+def _cut_by_bisection(fp, t0, x0, n, m, cap, t):
+    lo, hi = 1, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t0 + K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(mid), cap) >= t:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("name", ["dynamo-mocker", "synthetic", "flat"])
+def test_a_segment_is_cut_where_a_bisection_over_its_steps_cuts_it(tmp_path, name):
+    """steps_until (a guess from the first step, a gallop, then a bisection) finds the same first
+    step ending at or after t as a bisection over [1, m], wherever t falls: before the segment,
+    on a step's end, between two, past its end; with steps that lengthen, and with none that do."""
+    if name == "synthetic":
+        fp, cap = pack_profile(_profile(tmp_path, _multilinear_doc())), 1.0
+    else:
+        fp, cap = pack_profile(resolve_profile({"name": "dynamo-mocker"})), 16384.0 * 16
+    if name == "flat":
+        fp[F_D2], fp[F_D1] = 0.0, 0.0
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(300):
+        x0, n, m = int(rng.integers(0, 400_000)), int(rng.integers(1, 64)), int(rng.integers(1, 600))
+        t0 = float(rng.uniform(0.0, 1e4))
+        end = K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(m), cap)
+        ks = rng.integers(0, m + 1, size=3)
+        targets = [t0 - 1.0, t0 + end + 5.0, *(t0 + rng.uniform(0.0, 1.1) * end for _ in range(3))]
+        targets += [t0 + K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(k), cap) for k in ks]
+        for t in targets:
+            got = K.steps_until(fp, t0, np.int64(x0), np.int64(n), np.int64(m), cap, t)
+            assert got == _cut_by_bisection(fp, t0, x0, n, m, cap, t), (x0, n, m, t0, t)
+            checked += 1
+    assert checked == 300 * 8
