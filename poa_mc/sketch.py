@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
 GAMMA = 1.01
@@ -45,14 +46,38 @@ def bin_value(i: np.ndarray) -> np.ndarray:
     return np.where(i > 0, LO_MS * np.exp((i - 0.5) * _LOG_G), 0.0)
 
 
+@numba.njit(cache=True, nogil=True)
+def _rank_bins(hist: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Per row: its count n, the nearest rank k = max(ceil(q n - 1e-9 n), 1) (the rank numpy's
+    inverted_cdf takes) and the bin holding it (the number of running totals below k; NBINS for
+    an empty row). One pass over each row and no (R, NBINS) temporaries: numpy's cumsum and
+    compare took 90 ms a quantile at 2,560 replicas."""
+    r, m = hist.shape
+    n = np.zeros(r, np.int64)
+    k = np.empty(r, np.int64)
+    i = np.empty(r, np.int64)
+    for row in range(r):
+        total = np.int64(0)
+        for j in range(m):
+            total += hist[row, j]
+        n[row] = total
+        rank = np.int64(math.ceil(q * total - 1e-9 * total))
+        k[row] = rank if rank > 1 else 1
+        run = np.int64(0)
+        j = 0
+        while j < m:
+            run += hist[row, j]
+            if run >= k[row]:
+                break
+            j += 1
+        i[row] = j
+    return n, k, i
+
+
 def quantile(hist: np.ndarray, q: float, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """(R,) nearest-rank q-quantile of each row's histogram, clipped to [lo, hi] (the exact
     minimum and maximum of the row); NaN for an empty row."""
-    hist = np.asarray(hist)
-    n = hist.sum(axis=1)
-    k = np.maximum(np.ceil(q * n - 1e-9 * n), 1)  # the rank numpy's inverted_cdf takes
-    cum = np.cumsum(hist, axis=1)
-    i = (cum < k[:, None]).sum(axis=1)
+    n, k, i = _rank_bins(np.ascontiguousarray(hist), float(q))
     v = np.clip(bin_value(np.minimum(i, NBINS - 1)), lo, hi)
     v = np.where(k <= 1, lo, np.where(k >= n, hi, v))  # the first and last ranks are known exactly
     return np.where(n > 0, v, np.nan)

@@ -50,3 +50,23 @@ def test_out_of_range_values_masks_and_empty_rows():
     assert hk.sum(axis=1).tolist() == [0, 2]
     got = sketch.quantile(hk, 0.5, np.array([np.inf, 3.0]), np.array([-np.inf, 3.0]))
     assert math.isnan(got[0]) and got[1] == 3.0
+
+
+def test_the_rank_search_finds_the_bin_a_scan_of_each_row_finds():
+    """quantile's one search over all rows lands each rank in the bin where counting the row's
+    running totals below it does (rows of different sizes, empty rows, ties at bin edges)."""
+    rng = np.random.default_rng(3)
+    h = np.zeros((30, sketch.NBINS), dtype=np.int32)
+    for r in range(25):
+        bins = rng.integers(0, sketch.NBINS, size=int(rng.integers(1, 400)))
+        np.add.at(h[r], bins, 1)
+    h[25:28, 7] = [1, 5, 1000]  # one bin only
+    lo, hi = np.zeros(30), np.full(30, np.inf)
+    for q in (0.01, 0.3, 0.5, 0.99):
+        n = h.sum(axis=1)
+        k = np.maximum(np.ceil(q * n - 1e-9 * n), 1)
+        scanned = (np.cumsum(h, axis=1) < k[:, None]).sum(axis=1)
+        want = np.clip(sketch.bin_value(np.minimum(scanned, sketch.NBINS - 1)), lo, hi)
+        want = np.where(k <= 1, lo, np.where(k >= n, hi, want))
+        want = np.where(n > 0, want, np.nan)
+        np.testing.assert_array_equal(sketch.quantile(h, q, lo, hi), want)
