@@ -83,7 +83,7 @@ def build(jit, tiers, jit_inline=None):
             w = np.int64(ev[r, h, 1])
             if w >= 0:  # -1: the worker restarted since (kernels/planner.py), its news are void
                 pc[r, w, np.int64(ev[r, h, 2]), 3] = np.int64(ev[r, h, 3])
-            rep_i[r, RI_EVH] = (h + 1) % cap
+            rep_i[r, RI_EVH] = h + 1 if h + 1 < cap else 0  # a ring: no division
             rep_i[r, RI_EVN] -= 1
 
     @jit
@@ -95,7 +95,9 @@ def build(jit, tiers, jit_inline=None):
         cap = ev.shape[1]
         if rep_i[r, RI_EVN] == cap:
             deliver(pc, rep_i, ev, r, ev[r, rep_i[r, RI_EVH], 0])
-        i = (rep_i[r, RI_EVH] + rep_i[r, RI_EVN]) % cap
+        i = rep_i[r, RI_EVH] + rep_i[r, RI_EVN]
+        if i >= cap:  # head plus length, below 2 cap: no division
+            i -= cap
         ev[r, i, 0] = now + delay
         ev[r, i, 1] = w
         ev[r, i, 2] = g
@@ -134,7 +136,8 @@ def build(jit, tiers, jit_inline=None):
             row = n_groups + np.int64(wk_i[r, w, WI_AH])
             if np.int64(pc[r, w, row, 0]) > 0:
                 return row
-            wk_i[r, w, WI_AH] = (np.int64(wk_i[r, w, WI_AH]) + 1) % ring
+            nxt = np.int64(wk_i[r, w, WI_AH]) + 1
+            wk_i[r, w, WI_AH] = nxt if nxt < ring else 0
             wk_i[r, w, WI_AN] -= 1
         return -1
 
@@ -301,7 +304,7 @@ def build(jit, tiers, jit_inline=None):
         """The ring is full: merge its two oldest runs into the second (it has the newer stamp)."""
         ring = pc.shape[2] - n_groups
         h = np.int64(wk_i[r, w, WI_AH])
-        h2 = (h + 1) % ring
+        h2 = h + 1 if h + 1 < ring else 0
         pc[r, w, n_groups + h2, 0] += pc[r, w, n_groups + h, 0]
         pc[r, w, n_groups + h2, 2] = -1
         pc[r, w, n_groups + h, 0] = 0
@@ -320,7 +323,9 @@ def build(jit, tiers, jit_inline=None):
             ring_head(pc, wk_i, r, w, n_groups)  # drop runs emptied by reclaims first
             if np.int64(wk_i[r, w, WI_AN]) == ring:
                 merge_oldest(pc, wk_i, rep_i, r, w, n_groups)
-            pos = (np.int64(wk_i[r, w, WI_AH]) + np.int64(wk_i[r, w, WI_AN])) % ring
+            pos = np.int64(wk_i[r, w, WI_AH]) + np.int64(wk_i[r, w, WI_AN])
+            if pos >= ring:  # head plus length, below 2 ring: no division
+                pos -= ring
             row = n_groups + pos
             pc[r, w, row, 0] = keep
             pc[r, w, row, 1] = stamp(rep_i, r)

@@ -126,6 +126,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     q_at = queues.q_at
     q_push = queues.q_push
     q_remove = queues.q_remove
+    q_wrap = queues.wrap
     set_reserve = blocks.set_reserve
     step_extra = blocks.step_extra
     step_ms = timing.step_ms
@@ -216,7 +217,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         slot_i[r, s, SI_RESV] = RESV_ADMIT
         # front of the waiting queue (vLLM's prepend): step the head back one place
         qcap = ip[P_Q]
-        h = (np.int64(wk_i[r, d, WI_QH]) + qcap - 1) % qcap
+        h = q_wrap(np.int64(wk_i[r, d, WI_QH]) + qcap - 1, qcap)
         queue[r, d, h] = s
         wk_i[r, d, WI_QH] = h
         wk_i[r, d, WI_QN] += 1

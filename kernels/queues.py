@@ -15,15 +15,21 @@ from .layout import (
 def build(jit, jit_inline=None):
     jit_inline = jit_inline or jit
 
+    @jit_inline
+    def wrap(i, cap):
+        """i % cap for 0 <= i < 2 cap (a ring's head plus an offset within it): a compare, where %
+        is an integer division on every queue access."""
+        return i - cap if i >= cap else i
+
     @jit
     def q_push(queue, wk_i, r, row, s, qcap):
         n = np.int64(wk_i[r, row, WI_QN])
-        queue[r, row, (wk_i[r, row, WI_QH] + n) % qcap] = s
+        queue[r, row, wrap(np.int64(wk_i[r, row, WI_QH]) + n, qcap)] = s
         wk_i[r, row, WI_QN] = n + 1
 
     @jit
     def q_at(queue, wk_i, r, row, i, qcap):
-        return np.int64(queue[r, row, (wk_i[r, row, WI_QH] + i) % qcap])
+        return np.int64(queue[r, row, wrap(np.int64(wk_i[r, row, WI_QH]) + i, qcap)])
 
     @jit_inline
     def q_remove(queue, wk_i, r, row, i, qcap):
@@ -31,17 +37,17 @@ def build(jit, jit_inline=None):
         h = np.int64(wk_i[r, row, WI_QH])
         n = np.int64(wk_i[r, row, WI_QN])
         if i == 0:
-            wk_i[r, row, WI_QH] = (h + 1) % qcap
+            wk_i[r, row, WI_QH] = wrap(h + 1, qcap)
         else:
             for j in range(i, n - 1):
-                queue[r, row, (h + j) % qcap] = queue[r, row, (h + j + 1) % qcap]
+                queue[r, row, wrap(h + j, qcap)] = queue[r, row, wrap(h + j + 1, qcap)]
         wk_i[r, row, WI_QN] = n - 1
 
     @jit
     def q_pop(queue, wk_i, r, row, qcap):
         s = np.int64(queue[r, row, wk_i[r, row, WI_QH]])
-        wk_i[r, row, WI_QH] = (np.int64(wk_i[r, row, WI_QH]) + 1) % qcap
+        wk_i[r, row, WI_QH] = wrap(np.int64(wk_i[r, row, WI_QH]) + 1, qcap)
         wk_i[r, row, WI_QN] -= 1
         return s
 
-    return Namespace(q_push=q_push, q_at=q_at, q_remove=q_remove, q_pop=q_pop)
+    return Namespace(wrap=wrap, q_push=q_push, q_at=q_at, q_remove=q_remove, q_pop=q_pop)
