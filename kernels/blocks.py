@@ -7,6 +7,7 @@ import numpy as np
 from ._ns import Namespace
 from .layout import (
     P_B,
+    P_BSHIFT,
     P_DKV,
     P_NP,
     P_PSHARE,
@@ -28,6 +29,23 @@ def build(jit, jit_inline=None):
     jit_inline = jit_inline or jit
 
     @jit_inline
+    def ceil_blocks(ip, tokens):
+        """Blocks that hold `tokens` tokens, ceil(tokens / B): a shift when B is a power of two
+        (P_BSHIFT), where // is an integer division, about ten a request."""
+        sh = ip[P_BSHIFT]
+        if sh > 0:
+            return (tokens + ip[P_B] - 1) >> (sh - 1)
+        return (tokens + ip[P_B] - 1) // ip[P_B]
+
+    @jit_inline
+    def full_blocks(ip, tokens):
+        """Whole blocks in `tokens` tokens, floor(tokens / B) (an arithmetic shift floors too)."""
+        sh = ip[P_BSHIFT]
+        if sh > 0:
+            return tokens >> (sh - 1)
+        return tokens // ip[P_B]
+
+    @jit_inline
     def cache_row(ip, w):
         """The worker whose prefix cache worker w uses: its own, or worker 0's when the prefill
         workers share one (P_PSHARE: the global LRU of the caching game)."""
@@ -41,7 +59,7 @@ def build(jit, jit_inline=None):
         length - 1 tokens in whole blocks, so a fully cached prompt still computes its last block
         (cluster.recompute_last_block; off, the whole cached prefix counts)."""
         if ip[P_RECLAST] == 1:
-            top = (length - 1) // ip[P_B]
+            top = full_blocks(ip, length - 1)
             if hit > top:
                 return top
         return hit
@@ -87,7 +105,7 @@ def build(jit, jit_inline=None):
                 ctx = np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN]) + j
                 held = held_blocks(slot_i, r, s)
                 if ctx > held * bs:
-                    extra += (ctx + bs - 1) // bs - held
+                    extra += ceil_blocks(ip, ctx) - held
         return extra
 
     @jit_inline
@@ -118,7 +136,7 @@ def build(jit, jit_inline=None):
     @jit_inline
     def kept_blocks(ip, slot_i, r, s, computed, bs):
         """Of a request's own blocks, the full computed ones that stay cached when it lets go."""
-        keep = computed // bs - np.int64(slot_i[r, s, SI_PFX])
+        keep = full_blocks(ip, computed) - np.int64(slot_i[r, s, SI_PFX])
         if keep < 0:
             keep = 0
         if keep > np.int64(slot_i[r, s, SI_RESERVE]):
@@ -126,6 +144,8 @@ def build(jit, jit_inline=None):
         return keep
 
     return Namespace(
+        ceil_blocks=ceil_blocks,
+        full_blocks=full_blocks,
         cache_row=cache_row,
         usable_hit=usable_hit,
         set_reserve=set_reserve,

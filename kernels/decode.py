@@ -112,6 +112,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     cache_reclaim = cache.reclaim
     cache_release = cache.release
     cache_row = blocks.cache_row
+    ceil_blocks = blocks.ceil_blocks
+    full_blocks = blocks.full_blocks
     finish = requests.finish
     grow_to = blocks.grow_to
     computed_tokens = blocks.computed_tokens
@@ -247,7 +249,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 break
             isl = np.int64(slot_i[r, s, SI_ISL])
             pfx = np.int64(slot_i[r, s, SI_PFX])
-            pblk = (isl + bs - 1) // bs
+            pblk = ceil_blocks(ip, isl)
             g = np.int64(slot_i[r, s, SI_GRP])
             if not fits_with_spare(
                 ip, slot_i, wk_i, run, r, d, cache_acquire_need(pc, r, d, g, pfx, pblk - pfx), nspare
@@ -276,7 +278,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         isl = np.int64(slot_i[r, s, SI_ISL])
         recomp = np.int64(slot_i[r, s, SI_RECOMP])
         length = isl + recomp
-        total = (length + bs - 1) // bs
+        total = ceil_blocks(ip, length)
         pfx = np.int64(slot_i[r, s, SI_PFX])
         g = np.int64(slot_i[r, s, SI_GRP])
         if not fits_with_spare(ip, slot_i, wk_i, run, r, d, cache_acquire_need(pc, r, d, g, pfx, total - pfx), nspare):
@@ -294,7 +296,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         set_reserve(slot_i, r, s, total - pfx, bs)
         if preempted:
             cached = hit + (own if hit == pfx else 0)
-            top = (length - 1) // bs  # vLLM recomputes at least the last token
+            top = full_blocks(ip, length - 1)  # vLLM recomputes at least the last token
             if cached > top:
                 cached = top
             slot_i[r, s, SI_NEED] = length - cached * bs
@@ -336,7 +338,6 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
           its end; see docs/engine.md).
         Returns the earliest time a queued request becomes ready (INF if none)."""
         qcap = ip[P_Q]
-        bs = ip[P_B]
         replay = ip[P_DADMIT] == DADMIT_REPLAY
         next_ready = INF
         pending = False
@@ -368,8 +369,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 isl = np.int64(slot_i[r, s, SI_ISL])
                 pfx = np.int64(slot_i[r, s, SI_PFX])
                 cache_release(
-                    pc, wk_i, rep_i, r, pw, np.int64(slot_i[r, s, SI_GRP]), pfx, (isl + bs - 1) // bs - pfx,
-                    isl // bs - pfx, np.int64(-1), ip[P_G],
+                    pc, wk_i, rep_i, r, pw, np.int64(slot_i[r, s, SI_GRP]), pfx, ceil_blocks(ip, isl) - pfx,
+                    full_blocks(ip, isl) - pfx, np.int64(-1), ip[P_G],
                 )  # fmt: skip
                 if ip[P_PSHARE] == 1 or (
                     wk_f[r, pw, WF_BUSY] == INF
@@ -548,7 +549,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             # blocks bound the segment too: it ends before the first step that cannot get its
             # blocks (there the newest request is preempted), a cheap bound first
             avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
-            if m > 1 and n_dec * (m // bs + 2) > avail:
+            if m > 1 and n_dec * (full_blocks(ip, m) + 2) > avail:
                 m = steps_that_fit(ip, slot_i, run, r, d, nrun, m, avail)
             if m == 1:
                 dur = step_ms(fp, np.float64(x0), n_dec, cap)

@@ -118,7 +118,8 @@ P_CR4 = 62  # tiers: the kv router's credit for a G4 hit, in thousandths
 P_DEDUP = 63  # 1: cluster.router_blocks = "dynamo" (kernels/router.py): where the router assumes KV reuse it
 #               counts a block its in-flight requests on a worker share once (per group, wk_i's WI_RG
 #               columns); a disaggregated prefill router books no blocks
-NP_I = 64
+P_BSHIFT = 64  # log2(block size) + 1 when it is a power of two, else 0 (blocks.py: block counts by shifts)
+NP_I = 65
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset

@@ -75,6 +75,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
     cache_deliver = cache.deliver
     cache_overlap = cache.overlap
     cache_row = blocks.cache_row
+    ceil_blocks = blocks.ceil_blocks
     cache_seen_overlap = cache.seen_overlap
     computed_tokens = blocks.computed_tokens
     ctl_tick = controller.tick
@@ -101,7 +102,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
         apfx = np.int64(slot_i[r, s, SI_PFX])
         pfx = apfx if with_overlap else np.int64(0)
         isl = np.int64(slot_i[r, s, SI_ISL])
-        pblk = (isl + ip[P_B] - 1) // ip[P_B]
+        pblk = ceil_blocks(ip, isl)
         for w in range(lo, lo + k):
             cw = cache_row(ip, w)
             cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, ip[P_B])
@@ -163,7 +164,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
         rep_i[r, RI_DECIDE] = dec + 1
         bs = ip[P_B]
         isl = np.int64(slot_i[r, s, SI_ISL])
-        pblk = (isl + bs - 1) // bs
+        pblk = ceil_blocks(ip, isl)
         cap = np.float64(ip[P_DKV] * bs)
         best = np.int64(-1)
         best_v = 0.0
@@ -203,7 +204,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
         g = np.int64(slot_i[r, s, SI_GRP])
         pfx = np.int64(slot_i[r, s, SI_PFX])
         isl = np.int64(slot_i[r, s, SI_ISL])
-        pblk = (isl + bs - 1) // bs
+        pblk = ceil_blocks(ip, isl)
         meas = np.int64(slot_i[r, s, SI_MEAS])
         slot_i[r, s, SI_STATE] = ST_PREFILL
         lo = np.int64(0) if prefill_first else n_p

@@ -86,6 +86,7 @@ def build(
     cache_release = cache.release
     cache_seen_overlap = cache.seen_overlap
     cache_row = blocks.cache_row
+    ceil_blocks = blocks.ceil_blocks
     hand_to_decode = decode.hand_to_decode
     oracle_decode = placement.oracle_decode
     q_at = queues.q_at
@@ -133,7 +134,7 @@ def build(
                 break
             if np.int64(slot_i[r, s, SI_ADMIT]) == 0:
                 isl = np.int64(slot_i[r, s, SI_ISL])
-                pblk = (isl + bs - 1) // bs
+                pblk = ceil_blocks(ip, isl)
                 g = np.int64(slot_i[r, s, SI_GRP])
                 if prefill_first:
                     pfx = np.int64(slot_i[r, s, SI_PFX])
@@ -235,7 +236,7 @@ def build(
         bs = ip[P_B]
         g = np.int64(slot_i[r, s, SI_GRP])
         isl = np.int64(slot_i[r, s, SI_ISL])
-        pblk = (isl + bs - 1) // bs
+        pblk = ceil_blocks(ip, isl)
         if ip[P_FLOW] == FLOW_PREFILL_FIRST:
             # the prefill worker keeps the KV until the decode worker has it (plan_decode frees it)
             wk_i[r, w, WI_APT] -= np.int64(slot_i[r, s, SI_APT])

@@ -120,6 +120,8 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
     count_in_flight = meters.count_in_flight
     heap_push = heap.push
     kept_blocks = blocks.kept_blocks
+    ceil_blocks = blocks.ceil_blocks
+    full_blocks = blocks.full_blocks
     pl_observe_itl = planner.observe_itl
     replay_take_row = replay.take_row
     rng_below = rng.below
@@ -162,7 +164,6 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
 
     @jit_inline
     def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
-        bs = ip[P_B]
         pfx = np.int64(-1)
         if trace_on and ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
             row, cycle = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
@@ -199,7 +200,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
             )
             grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
         if pfx < 0:
-            pfx = np.int64(math.floor(fp[F_RATIO] * isl)) // bs
+            pfx = full_blocks(ip, np.int64(math.floor(fp[F_RATIO] * isl)))
         seq = rep_i[r, RI_SEQ]
         count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on
         rep_i[r, RI_SEQ] = seq + 1
@@ -253,7 +254,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
         g = np.int64(slot_i[r, s, SI_GRP])
         isl = np.int64(slot_i[r, s, SI_ISL])
         osl = np.int64(slot_i[r, s, SI_OSL])
-        pblk = (isl + bs - 1) // bs
+        pblk = ceil_blocks(ip, isl)
         # every full block it computed stays cached (the last sampled token has no KV)
         keep = kept_blocks(ip, slot_i, r, s, isl + osl - 1, bs)
         cache_release(

@@ -206,6 +206,7 @@ def pack_params(
         fp[L.F_PL_SLO_T], fp[L.F_PL_SLO_I] = pl.ttft_ms, pl.itl_ms
     ip[L.P_FLOW] = _FLOW[c.flow]
     ip[L.P_B] = c.block_size
+    ip[L.P_BSHIFT] = c.block_size.bit_length() if c.block_size & (c.block_size - 1) == 0 else 0
     ip[L.P_PKV] = c.prefill_kv_blocks
     if pol.cache == "global":
         ip[L.P_PSHARE] = 1
