@@ -84,8 +84,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
     q_at = queues.q_at
     q_push = queues.q_push
     router_book_active = router.book_active
-    router_cand_blocks = router.cand_blocks
-    router_cand_tokens = router.cand_tokens
+    router_cand_costs = router.cand_costs
     router_choose = router.choose
     settle = decode.settle
     step_ms = timing.step_ms
@@ -105,8 +104,9 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
         pblk = ceil_blocks(ip, isl)
         for w in range(lo, lo + k):
             cw = cache_row(ip, w)
-            cand[r, meas, w, 0] = router_cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, ip[P_B])
-            cand[r, meas, w, 1] = router_cand_blocks(wk_i, pc, r, w, cw, g, pfx, apfx, pblk)
+            cand[r, meas, w, 0], cand[r, meas, w, 1] = router_cand_costs(
+                wk_i, pc, r, w, cw, g, pfx, apfx, isl, pblk, ip[P_B]
+            )
 
     # inlined at the prefill decision (route); called at the decode decision and in batches, so
     # that the event loop does not carry a second copy (compile time)

@@ -125,6 +125,21 @@ def build(jit, rng, cache, tiers, jit_inline=None):
             return np.float64(np.int64(wk_i[r, w, WI_AB]) + pblk - shared_active(wk_i, r, w, g, apfx))
         return np.int64(wk_i[r, w, WI_AB]) + pblk - overlap(wk_i, pc, r, cw, g, pfx)
 
+    @jit_inline
+    def cand_costs(wk_i, pc, r, w, cw, g, pfx, apfx, isl, pblk, bs):
+        """(cand_tokens, cand_blocks). Where no cached prefix is credited (pfx = 0, no lower
+        tiers) the same values without the two calls and their cache lookups: the decode decision
+        of prefill_first records every decode worker's costs so at each request."""
+        if pfx == 0 and not tiered(pc, wk_i, r, cw):
+            tok = np.float64(np.int64(wk_i[r, w, WI_APT]) + isl)
+            if wk_i.shape[2] > NWI:
+                return tok, np.float64(np.int64(wk_i[r, w, WI_AB]) + pblk - shared_active(wk_i, r, w, g, apfx))
+            return tok, np.float64(np.int64(wk_i[r, w, WI_AB]) + pblk)
+        return (
+            np.float64(cand_tokens(wk_i, pc, r, w, cw, g, pfx, isl, bs)),
+            np.float64(cand_blocks(wk_i, pc, r, w, cw, g, pfx, apfx, pblk)),
+        )
+
     @jit
     def kv_cost(wk_i, pc, r, w, g, pfx, isl, pblk, bs, omega):
         return omega * cand_tokens(wk_i, pc, r, w, w, g, pfx, isl, bs) / bs + cand_blocks(
@@ -338,6 +353,7 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         book_active=book_active,
         unbook_active=unbook_active,
         cand_tokens=cand_tokens,
+        cand_costs=cand_costs,
         cand_blocks=cand_blocks,
         kv_cost=kv_cost,
         hash_owner=hash_owner,
