@@ -241,11 +241,12 @@ def frame(acc: dict[str, np.ndarray]):
 
 def from_frame(df) -> dict[str, np.ndarray]:
     """The accumulator dict of a frame written by `frame` (in replica order)."""
-    df = df.sort("replica")
+    if not df["replica"].is_sorted():  # a sort copies the histograms: 0.25 s at 2,560 replicas
+        df = df.sort("replica")
     out = {}
     for name in df.columns:
         if name == "replica":
             continue
-        s = df[name]
-        out[name] = s.to_numpy() if s.dtype.is_numeric() else np.stack(s.to_numpy())
+        x = df[name].to_numpy()  # an Array column comes out 2-D; a List column as rows to stack
+        out[name] = x if x.dtype != object else np.stack(x)
     return out
