@@ -484,10 +484,10 @@ def _assign_min(a: np.ndarray) -> float:
 
 @numba.njit(cache=True)
 def _workspace(n: int, m: int) -> tuple:  # pragma: no cover
-    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used."""
+    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used, tree."""
     return (
         np.empty(n + 1), np.empty(m + 1), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
-        np.empty(m + 1), np.empty(m + 1, np.bool_),
+        np.empty(m + 1), np.empty(m + 1, np.bool_), np.empty(m + 1, np.int64),
     )  # fmt: skip
 
 
@@ -497,7 +497,7 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
     per row otherwise, which cost as much as the arithmetic at the default window)."""
     n, m = a.shape
     inf = np.inf
-    u, v, owner, prev, minv, used = ws
+    u, v, owner, prev, minv, used, tree = ws
     u[: n + 1] = 0.0
     v[: m + 1] = 0.0
     owner[: m + 1] = 0  # owner[j] = row (1-based) assigned to column j, 0 = free
@@ -507,26 +507,34 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
         j0 = 0
         minv[: m + 1] = inf
         used[: m + 1] = False
+        nt = 0  # the columns in the tree, in the order they joined (tree[:nt])
         while True:
             used[j0] = True
+            tree[nt] = j0
+            nt += 1
             i0 = owner[j0]
+            ui0 = u[i0]
             delta = inf
             j1 = 0
             for j in range(1, m + 1):
                 if not used[j]:
-                    cur = a[i0 - 1, j - 1] - u[i0] - v[j]
-                    if cur < minv[j]:
+                    cur = a[i0 - 1, j - 1] - ui0 - v[j]
+                    mj = minv[j]
+                    if cur < mj:
+                        mj = cur
                         minv[j] = cur
                         prev[j] = j0
-                    if minv[j] < delta:
-                        delta = minv[j]
+                    if mj < delta:
+                        delta = mj
                         j1 = j
+            # the tree's rows and columns move by delta; so does every column's minv (those of
+            # the tree are not read again before the next row resets them): no branch per column
+            for t in range(nt):
+                j = tree[t]
+                u[owner[j]] += delta
+                v[j] -= delta
             for j in range(m + 1):
-                if used[j]:
-                    u[owner[j]] += delta
-                    v[j] -= delta
-                else:
-                    minv[j] -= delta
+                minv[j] -= delta
             j0 = j1
             if owner[j0] == 0:
                 break
