@@ -3,7 +3,10 @@ inlining off (so that every function is its own symbol) runs the cell of bench_e
 thread, writes /tmp/perf-<pid>.map naming every compiled function, and profiles itself with
 `perf record`; prints each function's and each module's share of the samples.
 
-    python bench/profile_functions.py [--seconds 25]      (needs Linux perf)
+    python bench/profile_functions.py [--seconds 25] [--inlined]      (needs Linux perf)
+
+--inlined keeps the per-event inlining: the shares are then those of the functions the engine
+really calls out of line (the event loop holding everything inlined into it).
 
 The copy compiles into a temporary cache (about 2 minutes): a function's symbols are only known
 from a library compiled in this process, not from one loaded from the cache.
@@ -27,15 +30,16 @@ HERE = Path(__file__).resolve().parent
 INLINE = '_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")'
 
 
-def load_kernels_without_inlining(tmp: Path) -> object:
-    """kernels/ copied into tmp with _JIT_INLINE = _JIT, imported as poa_mc.kernels."""
+def load_kernels_without_inlining(tmp: Path, inlined: bool = False) -> object:
+    """kernels/ copied into tmp with _JIT_INLINE = _JIT (unless `inlined`), imported as poa_mc.kernels."""
     src = tmp / "kernels"
     shutil.copytree(HERE.parent / "kernels", src, ignore=shutil.ignore_patterns("__pycache__"))
     cpu = src / "cpu.py"
     text = cpu.read_text()
     if INLINE not in text:
         sys.exit("kernels/cpu.py no longer defines _JIT_INLINE as this script expects")
-    cpu.write_text(text.replace(INLINE, "_JIT_INLINE = _JIT"))
+    if not inlined:
+        cpu.write_text(text.replace(INLINE, "_JIT_INLINE = _JIT"))
     os.environ["NUMBA_CACHE_DIR"] = str(tmp / "numba")
     spec = importlib.util.spec_from_file_location(
         "poa_mc.kernels", src / "__init__.py", submodule_search_locations=[str(src)]
@@ -92,9 +96,12 @@ def shares(perf_data: Path) -> tuple[collections.Counter, collections.Counter]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=25.0)
+    ap.add_argument(
+        "--inlined", action="store_true", help="profile the build as it runs: what is inlined counts as its caller"
+    )
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="poa-prof-"))
-    cpu_mod = load_kernels_without_inlining(tmp)
+    cpu_mod = load_kernels_without_inlining(tmp, a.inlined)
     sys.path.insert(0, str(HERE))
     from bench_engine import reference_cell
 
