@@ -493,7 +493,7 @@ def _workspace(n: int, m: int) -> tuple:  # pragma: no cover
 
 @numba.njit(cache=True)
 def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
-    """_assign_min on buffers made once by the caller (a window's solve allocated eight arrays
+    """_assign_min on buffers made once by the caller (a solve made four arrays per window and two
     per row otherwise, which cost as much as the arithmetic at the default window)."""
     n, m = a.shape
     inf = np.inf
@@ -624,9 +624,9 @@ Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
 @numba.njit(cache=True)
-def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws):  # pragma: no cover
+def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, buf, ws):  # pragma: no cover
     """OPT of one window under slot pricing of Dynamo's router cost (router_cost, the same
-    arithmetic as the generic path): f (n, K), a and t (K,); a (n, slots * K) and ws
+    arithmetic as the generic path): f (n, K), a and t (K,); buf (n, slots * K) and ws
     (_workspace) the caller's buffers. NaN when a price is not finite (the caller then names the
     window through the generic path)."""
     n, k = f_tok.shape
@@ -638,8 +638,8 @@ def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, b
                 c = omega * tok / block_size + blk
                 if not np.isfinite(c):
                     return np.nan
-                a[i, j * k + kk] = c
-    return _assign_min_in(a, ws)
+                buf[i, j * k + kk] = c
+    return _assign_min_in(buf, ws)
 
 
 @numba.njit(cache=True, parallel=True)
