@@ -87,11 +87,6 @@ from .layout import (
     WF_HELD0,
     WF_T0,
     WF_WAKE,
-    WI_AGG,
-    WI_AGG_M,
-    WI_AGG_N,
-    WI_AGG_W,
-    WI_AGG_X,
     WI_APT,
     WI_FREE,
     WI_MIXED,
@@ -485,17 +480,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         n_wait = 0
         x0 = np.int64(0)
         m = np.int64(1) << np.int64(40)
-        scan_from = 0
-        if np.int64(wk_i[r, d, WI_AGG]) == 1 and not preempted:
-            # decode_end summed the running set it left: only the requests admitted since are new
-            n_dec = np.int64(wk_i[r, d, WI_AGG_N])
-            n_wait = np.int64(wk_i[r, d, WI_AGG_W])
-            x0 = np.int64(wk_i[r, d, WI_AGG_X])
-            if n_dec > 0:
-                m = np.int64(wk_i[r, d, WI_AGG_M])
-            scan_from = admitted_from
-        wk_i[r, d, WI_AGG] = 0
-        for i in range(scan_from, nrun):
+        for i in range(nrun):
             s = np.int64(run[r, d, i])
             if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
                 n_dec += 1
@@ -603,11 +588,6 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         growth = np.int64(0)
         n_old = np.int64(wk_i[r, d, WI_NRUN])
         n_live = n_old
-        # what the next plan_decode needs of the requests that keep running (WI_AGG_*)
-        a_n = np.int64(0)
-        a_w = np.int64(0)
-        a_x = np.int64(0)
-        a_m = np.int64(1) << np.int64(40)
         i = 0
         while i < n_live:
             s = np.int64(run[r, d, i])
@@ -634,26 +614,13 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 # its last step computed context isl + gen - 1: a block more each B tokens
                 if gen > np.int64(slot_i[r, s, SI_NEXTB]):
                     growth += grow_to(slot_i, r, s, gen, bs)
-            if done == need:
-                left = np.int64(slot_i[r, s, SI_OSL]) - gen
-                if left <= 0:
-                    n_live -= 1
-                    run[r, d, i] = run[r, d, n_live]
-                    run[r, d, n_live] = s
-                    continue
-                a_n += 1
-                a_x += np.int64(slot_i[r, s, SI_ISL]) + gen
-                if left < a_m:
-                    a_m = left
+            if done == need and gen >= np.int64(slot_i[r, s, SI_OSL]):
+                n_live -= 1
+                run[r, d, i] = run[r, d, n_live]
+                run[r, d, n_live] = s
             else:
-                a_w += 1
-            i += 1
+                i += 1
         wk_i[r, d, WI_NRUN] = n_live
-        wk_i[r, d, WI_AGG] = 1
-        wk_i[r, d, WI_AGG_N] = a_n
-        wk_i[r, d, WI_AGG_W] = a_w
-        wk_i[r, d, WI_AGG_X] = a_x
-        wk_i[r, d, WI_AGG_M] = a_m if a_n > 0 else 0
         if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
             rep_i[r, RI_STATUS] = STATUS_OVERCAP
         # blocks grow about evenly over a pass: its held blocks are the mean of start and end
