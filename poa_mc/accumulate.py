@@ -34,7 +34,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from poa_mc import sketch
+from poa_mc import sketch, threads
 from poa_mc.estimators import PoaHat, poa_hat_from_candidates
 from poa_mc.spec import ClusterSpec, ProfileSpec
 
@@ -136,15 +136,19 @@ def _slo_met(slo: dict[str, Any], ttft: np.ndarray, itl: np.ndarray, gaps: np.nd
     return ok.sum(axis=1).astype(np.int64)
 
 
-@numba.njit(cache=True, parallel=True)
-def _take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:  # pragma: no cover
+def _take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     """np.take_along_axis(x, order[:, :, None], axis=1) for x (R, N, K), in parallel over replicas
     (numpy's gather was a third of PoA-hat's host time)."""
     out = np.empty_like(x)
-    for r in numba.prange(x.shape[0]):
+    threads.over_ranges(_take_rows_in, x.shape[0], x, order, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_rows_in(lo: int, hi: int, x: np.ndarray, order: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    for r in range(lo, hi):
         for i in range(order.shape[1]):
             out[r, i] = x[r, order[r, i]]
-    return out
 
 
 def poa_hat_sums(

@@ -85,6 +85,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from poa_mc import threads
 from poa_mc.spec import ProfileSpec
 
 # ---------------------------------------------------------------------------------------------
@@ -549,40 +550,42 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
     return total
 
 
-# Windows per task of a parallel solve: each task makes its buffers once (the same numbers on
-# any thread count and any chunking: windows are solved independently).
-_CHUNK = 256
-
-
-@numba.njit(cache=True, parallel=True)
-def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:  # pragma: no cover
+def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
     """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times. Windows
-    are independent: solved in parallel."""
-    nwin, n, k = costs.shape
-    out = np.empty(nwin)
-    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
-        a = np.empty((n, k * slots))
-        ws = _workspace(n, k * slots)
-        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
-            for i in range(n):
-                for j in range(k):
-                    v = costs[w, i, j]
-                    for s in range(slots):
-                        a[i, j * slots + s] = v
-            out[w] = _assign_min_in(a, ws)
+    are independent: solved in parallel (poa_mc.threads)."""
+    out = np.empty(costs.shape[0])
+    threads.over_ranges(_batch_assign_in, costs.shape[0], costs, slots, out)
     return out
 
 
-@numba.njit(cache=True, parallel=True)
-def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:  # pragma: no cover
+@numba.njit(cache=True, nogil=True)
+def _batch_assign_in(lo, hi, costs, slots, out):  # pragma: no cover
+    """_batch_assign's windows lo..hi-1 (buffers made once for them)."""
+    _, n, k = costs.shape
+    a = np.empty((n, k * slots))
+    ws = _workspace(n, k * slots)
+    for w in range(lo, hi):
+        for i in range(n):
+            for j in range(k):
+                v = costs[w, i, j]
+                for s in range(slots):
+                    a[i, j * slots + s] = v
+        out[w] = _assign_min_in(a, ws)
+
+
+def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:
     """OPT of each window from full price matrices: prices (W, n, columns) -> (W,), in parallel."""
-    nwin, n, m = prices.shape
-    out = np.empty(nwin)
-    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
-        ws = _workspace(n, m)
-        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
-            out[w] = _assign_min_in(prices[w], ws)
+    out = np.empty(prices.shape[0])
+    threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, out)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _batch_assign_priced_in(lo, hi, prices, out):  # pragma: no cover
+    _, n, m = prices.shape
+    ws = _workspace(n, m)
+    for w in range(lo, hi):
+        out[w] = _assign_min_in(prices[w], ws)
 
 
 def _require_finite(costs: np.ndarray, first_window: int = 0, windows_per_replica: int = 0) -> None:
@@ -642,80 +645,91 @@ def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, b
     return _assign_min_in(buf, ws)
 
 
-@numba.njit(cache=True, parallel=True)
-def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):  # pragma: no cover
+def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):
     """slot_priced_opt for Dynamo's router cost, priced and solved window by window in compiled
     code: the same matrices as the generic path, built in place. NaN for a non-finite price."""
-    nwin, n, k = f_tok.shape
-    out = np.empty(nwin)
-    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
-        a = np.empty((n, slots * k))
-        ws = _workspace(n, slots * k)
-        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
-            prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
-            out[w] = _router_window_opt(*prices, slots, omega, block_size, a, ws)
+    out = np.empty(f_tok.shape[0])
+    args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out)
+    threads.over_ranges(_slot_router_opt_in, f_tok.shape[0], *args)
     return out
 
 
-@numba.njit(cache=True, parallel=True)
-def _slot_router_opt_recorded(  # pragma: no cover
-    tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size
+@numba.njit(cache=True, nogil=True)
+def _slot_router_opt_in(  # pragma: no cover
+    lo, hi, f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out
 ):
+    _, n, k = f_tok.shape
+    a = np.empty((n, slots * k))
+    ws = _workspace(n, slots * k)
+    for w in range(lo, hi):
+        prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
+        out[w] = _router_window_opt(*prices, slots, omega, block_size, a, ws)
+
+
+def _slot_router_opt_recorded(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size):
     """_slot_router_opt from the recorded arrays of whole windows: tok, blk (W, n, K); chosen,
     add_*, dec, rel_* (W, n). Each window's load before each decision (_load_before), smallest
     loads (_min_added) and requests gone by its last decision (_transient) are worked out here,
     window by window, with the numpy functions' arithmetic (sums of whole numbers: exact in any
     order), so the result is the same to the bit; the numpy path builds (W, n, n) and (W, n, K)
     temporaries for them and took 80% of the host's PoA-hat time (bench/RESULTS.md)."""
-    nwin, n, k = tok.shape
-    out = np.empty(nwin)
-    for c in numba.prange((nwin + _CHUNK - 1) // _CHUNK):
-        f_tok = np.empty((n, k))
-        f_blk = np.empty((n, k))
-        a_tok = np.empty(k)
-        a_blk = np.empty(k)
-        t_tok = np.empty(k)
-        t_blk = np.empty(k)
-        a = np.empty((n, slots * k))
-        ws = _workspace(n, slots * k)
-        for w in range(c * _CHUNK, min(nwin, (c + 1) * _CHUNK)):
-            for i in range(n):
-                for kk in range(k):
-                    bt = 0.0
-                    bb = 0.0
-                    for e in range(i):
-                        if chosen[w, e] == kk:
-                            if rel_t[w, e] > dec[w, i]:
-                                bt += add_t[w, e]
-                            if rel_b[w, e] > dec[w, i]:
-                                bb += add_b[w, e]
-                    f_tok[i, kk] = tok[w, i, kk] - bt
-                    f_blk[i, kk] = blk[w, i, kk] - bb
-            t_last = dec[w, 0]
-            least_t = add_t[w, 0]
-            least_b = add_b[w, 0]
-            for e in range(1, n):
-                t_last = max(t_last, dec[w, e])
-                least_t = min(least_t, add_t[w, e])
-                least_b = min(least_b, add_b[w, e])
-            a_tok[:] = np.inf
-            a_blk[:] = np.inf
-            t_tok[:] = 0.0
-            t_blk[:] = 0.0
-            for e in range(n):
-                ch = chosen[w, e]
-                a_tok[ch] = min(a_tok[ch], add_t[w, e])
-                a_blk[ch] = min(a_blk[ch], add_b[w, e])
-                if rel_t[w, e] <= t_last:
-                    t_tok[ch] += 1.0
-                if rel_b[w, e] <= t_last:
-                    t_blk[ch] += 1.0
-            for kk in range(k):
-                if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
-                    a_tok[kk] = least_t
-                    a_blk[kk] = least_b
-            out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
+    out = np.empty(tok.shape[0])
+    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size, out)
+    threads.over_ranges(_slot_router_opt_recorded_in, tok.shape[0], *args)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _slot_router_opt_recorded_in(  # pragma: no cover
+    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size, out
+):
+    """_slot_router_opt_recorded's windows lo..hi-1 (buffers made once for them)."""
+    _, n, k = tok.shape
+    f_tok = np.empty((n, k))
+    f_blk = np.empty((n, k))
+    a_tok = np.empty(k)
+    a_blk = np.empty(k)
+    t_tok = np.empty(k)
+    t_blk = np.empty(k)
+    a = np.empty((n, slots * k))
+    ws = _workspace(n, slots * k)
+    for w in range(lo, hi):
+        for i in range(n):
+            for kk in range(k):
+                bt = 0.0
+                bb = 0.0
+                for e in range(i):
+                    if chosen[w, e] == kk:
+                        if rel_t[w, e] > dec[w, i]:
+                            bt += add_t[w, e]
+                        if rel_b[w, e] > dec[w, i]:
+                            bb += add_b[w, e]
+                f_tok[i, kk] = tok[w, i, kk] - bt
+                f_blk[i, kk] = blk[w, i, kk] - bb
+        t_last = dec[w, 0]
+        least_t = add_t[w, 0]
+        least_b = add_b[w, 0]
+        for e in range(1, n):
+            t_last = max(t_last, dec[w, e])
+            least_t = min(least_t, add_t[w, e])
+            least_b = min(least_b, add_b[w, e])
+        a_tok[:] = np.inf
+        a_blk[:] = np.inf
+        t_tok[:] = 0.0
+        t_blk[:] = 0.0
+        for e in range(n):
+            ch = chosen[w, e]
+            a_tok[ch] = min(a_tok[ch], add_t[w, e])
+            a_blk[ch] = min(a_blk[ch], add_b[w, e])
+            if rel_t[w, e] <= t_last:
+                t_tok[ch] += 1.0
+            if rel_b[w, e] <= t_last:
+                t_blk[ch] += 1.0
+        for kk in range(k):
+            if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
+                a_tok[kk] = least_t
+                a_blk[kk] = least_b
+        out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
 
 
 def slot_priced_opt(

@@ -1,0 +1,43 @@
+"""Independent work over an index range, on the host's threads, for compiled GIL-free loops.
+
+The host's compiled loops over replicas and PoA-hat windows are serial `nogil` functions of a
+range (lo, hi); `over_ranges` splits the range into one contiguous part per thread. Numba's own
+`parallel=True` (prange) did the same but cost seconds of compilation per function and argument
+type on a cold cache (its parfor lowering: about 22 s of the first `poa-mc run` for the host's
+five loops, bench/NOTES.md); a plain function of a range compiles in a fraction of that and
+runs as fast. Each index is computed on its own, so results never depend on the thread count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def count(n: int) -> int:
+    """Threads for n independent items: numba's thread count (NUMBA_NUM_THREADS), at most n."""
+    return max(1, min(n, numba.get_num_threads()))
+
+
+def over_ranges(fn: Callable[..., Any], n: int, *args: Any) -> None:
+    """fn(lo, hi, *args) over contiguous parts of range(n), one per thread (the first on the
+    calling thread); returns when all are done, raising the first error."""
+    global _pool
+    threads = count(n)
+    bounds = [n * i // threads for i in range(threads + 1)]
+    if threads == 1:
+        fn(0, n, *args)
+        return
+    if _pool is None or _pool._max_workers < threads - 1:  # noqa: SLF001 - grow the shared pool
+        _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="poa-mc")
+    jobs = [_pool.submit(fn, bounds[i], bounds[i + 1], *args) for i in range(1, threads)]
+    try:
+        fn(bounds[0], bounds[1], *args)
+    finally:
+        for job in jobs:
+            job.result()
