@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numba
 import numpy as np
 
+from poa_mc import threads
+
 from ._cache import keyed_cache_dir
 from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
@@ -71,20 +73,29 @@ with keyed_cache_dir("cpu"):
     _pass_prefill_ms = _K.timing.pass_prefill_ms
     _step_ms = _K.timing.step_ms
 
-    # element by element, independent: in parallel (PoA-hat prices millions of steps through them)
-    @numba.njit(cache=True, nogil=True, parallel=True)
-    def timing_passes(fp, batch, uncached, cached, out):
-        """out[i]: the kernels' pass of batch[i] requests computing uncached[i] tokens on cached[i]
-        cached ones each (poa_mc.profiles.Timing)."""
-        for i in numba.prange(out.shape[0]):
+    # element by element, independent: over threads (poa_mc.threads; PoA-hat prices millions of
+    # steps through them)
+    @numba.njit(cache=True, nogil=True)
+    def _timing_passes_in(lo, hi, fp, batch, uncached, cached, out):
+        for i in range(lo, hi):
             n = batch[i]
             out[i] = _pass_prefill_ms(fp, n * cached[i], n * (cached[i] + uncached[i]), n)
 
-    @numba.njit(cache=True, nogil=True, parallel=True)
-    def timing_steps(fp, batch, context, cap, out):
-        """out[i]: the kernels' decode step of batch[i] sequences of context[i] tokens each."""
-        for i in numba.prange(out.shape[0]):
+    @numba.njit(cache=True, nogil=True)
+    def _timing_steps_in(lo, hi, fp, batch, context, cap, out):
+        for i in range(lo, hi):
             out[i] = _step_ms(fp, np.float64(batch[i]) * context[i], batch[i], cap)
+
+
+def timing_passes(fp: np.ndarray, batch: np.ndarray, uncached: np.ndarray, cached: np.ndarray, out: np.ndarray) -> None:
+    """out[i]: the kernels' pass of batch[i] requests computing uncached[i] tokens on cached[i]
+    cached ones each (poa_mc.profiles.Timing)."""
+    threads.over_ranges(_timing_passes_in, out.shape[0], fp, batch, uncached, cached, out)
+
+
+def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: float, out: np.ndarray) -> None:
+    """out[i]: the kernels' decode step of batch[i] sequences of context[i] tokens each."""
+    threads.over_ranges(_timing_steps_in, out.shape[0], fp, batch, context, cap, out)
 
 
 _compiled: set[str] = set()
