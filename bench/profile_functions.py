@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INLINE = '_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy", inline="always")'
+INLINE = '_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")'
 
 
 def load_kernels_without_inlining(tmp: Path, inlined: bool = False) -> object:

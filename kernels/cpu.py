@@ -14,8 +14,8 @@ from ._cache import keyed_cache_dir
 from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
 
-_JIT = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy")
-_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy", inline="always")
+_JIT = numba.njit(cache=True, nogil=True, _nrt=False)
+_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 
 
 # Two builds of the one source (source.build): the full one, and a lean one for cells with neither
