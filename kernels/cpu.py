@@ -134,9 +134,9 @@ def run_batch(
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
     a = _alloc(shapes, n)
-    threads = max(1, min(n, numba.get_num_threads() if parallel else 1))
-    bounds = [n * i // threads for i in range(threads + 1)]
-    if threads == 1:
+    n_threads = threads.count(n) if parallel else 1
+    bounds = threads.bounds(n, n_threads)
+    if n_threads == 1:
         # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
         # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
         _call(ip, fp, tabs, a, n)
@@ -144,9 +144,9 @@ def run_batch(
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
-    pool = ThreadPoolExecutor(max_workers=threads)
+    pool = ThreadPoolExecutor(max_workers=n_threads)
     try:
-        jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(threads)]
+        jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
         pending = set(jobs)
         while pending:
             _, pending = wait(pending, timeout=0.05)

@@ -24,20 +24,25 @@ def count(n: int) -> int:
     return max(1, min(n, numba.get_num_threads()))
 
 
+def bounds(n: int, parts: int) -> list[int]:
+    """Where `parts` contiguous, near-equal parts of range(n) begin, then n."""
+    return [n * i // parts for i in range(parts + 1)]
+
+
 def over_ranges(fn: Callable[..., Any], n: int, *args: Any) -> None:
     """fn(lo, hi, *args) over contiguous parts of range(n), one per thread (the first on the
     calling thread); returns when all are done, raising the first error."""
     global _pool
     threads = count(n)
-    bounds = [n * i // threads for i in range(threads + 1)]
+    edges = bounds(n, threads)
     if threads == 1:
         fn(0, n, *args)
         return
     if _pool is None or _pool._max_workers < threads - 1:  # noqa: SLF001 - grow the shared pool
         _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="poa-mc")
-    jobs = [_pool.submit(fn, bounds[i], bounds[i + 1], *args) for i in range(1, threads)]
+    jobs = [_pool.submit(fn, edges[i], edges[i + 1], *args) for i in range(1, threads)]
     try:
-        fn(bounds[0], bounds[1], *args)
+        fn(edges[0], edges[1], *args)
     finally:
         for job in jobs:
             job.result()
