@@ -203,6 +203,7 @@ def test_a_frame_keeps_the_histograms_whole_through_their_span(rows):
     hist = {m: np.zeros((rows, sketch.NBINS), dtype=np.int32) for m in ("ttft", "e2e", "itl")}
     if rows:
         hist["ttft"][:, 40:60] = rng.integers(0, 3, (rows, 20))
+        hist["ttft"][:, [40, 59]] = 1  # the span's ends are non-empty
         hist["e2e"][0, 0] = 2  # the first bin and the last
         hist["e2e"][-1, -1] = 1
         # hist_itl stays empty (no request with a gap to time)
