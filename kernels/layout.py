@@ -264,7 +264,7 @@ SI_NEED = 6  # tokens the prefill must compute
 SI_DONE = 7  # tokens computed so far
 SI_CHUNK = 8  # tokens scheduled in the current pass
 SI_GEN = 9  # output tokens generated
-SI_CACHED = 10  # blocks found cached
+SI_NEXTB = 10  # the most output tokens its decode blocks hold (SI_PFX + SI_RESERVE) * B - isl + 1
 SI_PW = 11  # prefill worker (global index), -1 local
 SI_DW = 12  # decode worker (global index)
 SI_STATE = 13  # ST_*
@@ -280,13 +280,14 @@ SI_RECOMP = 21  # output tokens a preempted request recomputes with its prompt (
 SI_GHOST = 22  # preempted: ring index of the run it left on its decode worker (GHOST_NONE: none); -1 never preempted
 SI_ADMSEQ = 23  # admission order on its decode worker (RI_ADMSEQ when admitted)
 SI_RESV = 24  # RESV_*: how its decode blocks are taken (prefill_first: reserved for the transfer)
-SI_NEXTB = 25  # the most output tokens its decode blocks hold (SI_PFX + SI_RESERVE) * B - isl + 1
+SI_CACHED = 25  # blocks found cached
 SI_H2 = 26  # tiers: prompt blocks it found in G2 (copied to G1 before its prefill)
 SI_H3 = 27  # tiers: ... in G3
 SI_TROW = 28  # trace, closed replay (slot = client): the row of its request, -1 before a new session
 SI_TCYC = 29  # trace, closed replay: the pass over the trace its current session belongs to
 SI_H4 = 30  # tiers: ... in G4
-NSI = 31
+NSI = 32  # 128-byte rows (one unused field) on 64-byte aligned arrays (kernels/cpu.py): a decode pass's
+#          fields of a running request (SI_ISL..SI_NEXTB) are one cache line
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks
