@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+from numba.core import config
+from numba.core.compiler_lock import global_compiler_lock
 
 from poa_mc import threads
 
@@ -100,6 +105,31 @@ def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: fl
 
 _compiled: set[str] = set()
 
+# LLVM's inliner budget while the replica drivers compile (its -O3 default is 250). At 250 it
+# leaves ~40 of the build's functions out of line, a few called from 20 sites each (the clamped
+# time span, the cache's acquire, the controller's tick), and every call marshals a dozen array
+# arguments; at INLINE_THRESHOLD all but a handful fold into the event loop. Measured in
+# bench/NOTES.md (speed, compile time). It is part of the cached code's key: this file is hashed
+# into the cache directory's name (_cache.py), so a change of it never loads code built under
+# another budget.
+INLINE_THRESHOLD = 3000
+
+
+@contextmanager
+def _inliner_budget(threshold: int) -> Iterator[None]:
+    """Compile under LLVM's -inline-threshold=threshold, then restore the pipeline's default.
+
+    The option is process-wide and, once given, overrides the level's own budget for good: it is
+    set back to what the optimisation level would pick (250 at -O3, 225 below). Held under Numba's
+    compiler lock so that no other thread compiles under the raised budget meanwhile."""
+    default = 250 if int(config.OPT) >= 3 else 225
+    with global_compiler_lock:
+        llvm.set_option("", f"-inline-threshold={threshold}")
+        try:
+            yield
+        finally:
+            llvm.set_option("", f"-inline-threshold={default}")
+
 
 def lean(ip: np.ndarray) -> bool:
     """True if the lean build can run this cell: no lower KV tiers, no replayed trace."""
@@ -139,7 +169,8 @@ def run_batch(
         ip1[P_N] = 1
         ip1[P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
-        _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
+        with _inliner_budget(INLINE_THRESHOLD):
+            _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
     a = _alloc(shapes, n)
