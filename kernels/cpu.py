@@ -108,8 +108,8 @@ _compiled: set[str] = set()
 # LLVM's inliner budget while the replica drivers compile (its -O3 default is 250). At 250 the
 # lean loop's module keeps 41 functions with 155 call sites (the clamped time span alone 19, the
 # cache's acquire 5, the controller's tick 4), and every call marshals a dozen array arguments; at
-# INLINE_THRESHOLD it keeps 19, of which about ten are called from the event loop
-# (bench/inline_report.py). Measured in bench/NOTES.md (speed, compile time). It is part of the
+# INLINE_THRESHOLD it keeps 19, NRT's reference counts and the loop itself among them
+# (bench/inline_report.py lists them). Measured in bench/NOTES.md (speed, compile time). It is part of the
 # cached code's key: this file is hashed into the cache directory's name (_cache.py), so a change
 # of it never loads code built under another budget.
 INLINE_THRESHOLD = 3000
