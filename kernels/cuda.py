@@ -20,6 +20,7 @@ if not hasattr(np, "row_stack"):
 from numba import cuda  # noqa: E402
 
 from ._cache import keyed_cache_dir  # noqa: E402
+from .layout import OUTPUT_NAMES, STATE_NAMES  # noqa: E402
 from .source import build  # noqa: E402
 
 THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
@@ -41,23 +42,7 @@ with keyed_cache_dir("cuda"):
             )  # fmt: skip
 
 
-_NAMES = (
-    "slot_i",
-    "slot_f",
-    "wk_i",
-    "wk_f",
-    "pc",
-    "ev",
-    "queue",
-    "run",
-    "heap_t",
-    "heap_c",
-    "rep_i",
-    "rep_f",
-    "out_f",
-    "out_i",
-    "cand",
-)
+_NAMES = STATE_NAMES + OUTPUT_NAMES  # the kernel's argument order
 _RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand")  # the rest of the state stays on the device
 _compiled = False
 last_kernel_s = 0.0  # device time of the last launch (CUDA events), for the benchmarks

@@ -447,10 +447,6 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
     }
 
 
-STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
-OUTPUT_NAMES = ("out_f", "out_i", "cand")
-
-
 def bytes_per_replica(shapes: dict[str, tuple], names=None) -> int:
     total = 0
     for name, (shape, dtype) in shapes.items():
@@ -626,7 +622,9 @@ def simulate(
             rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
         for name, arr in logs_b.items():
             logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
-        if reduce is not None:
+        # a failed replica's unfinished rows hold a reused batch's values (kernels/cpu.py): the run
+        # raises below, and they are never reduced
+        if reduce is not None and not rep_b["status"].any():
             parts.append(reduce(cols, rep_b, logs_b))
         del out, cols
     bad = np.flatnonzero(rep["status"] != 0)
@@ -658,7 +656,7 @@ def simulate(
         backend=backend,
         device=target.device_name(),
         batches=n_batches,
-        state_bytes_per_replica=bytes_per_replica(shapes, STATE_NAMES),
+        state_bytes_per_replica=bytes_per_replica(shapes, L.STATE_NAMES),
         extra=logs,
         acc={k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {},
     )
