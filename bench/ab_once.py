@@ -1,6 +1,7 @@
-"""One side of a paired A/B run (bench/ab_paired.sh): the reference cell of bench_engine.py on one
-thread, 256 replicas x 2000 measured requests, once to load the kernels and then 9 times; prints
-the best and the median rate in simulated requests per second."""
+"""One side of an A/B run (bench/ab_paired.sh, bench/ab_alternating.sh): the reference cell of
+bench_engine.py on one thread (on all of numba's with --parallel), 256 replicas x 2000 measured
+requests, once to load the kernels and then 9 times; prints the best and the median rate in
+simulated requests per second."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from bench_engine import reference_cell  # noqa: E402
 
 from poa_mc.engine import simulate  # noqa: E402
 
-KW = dict(replicas=256, requests=2000, warmup=200, seed=1, stream=0, parallel=False)
+KW = dict(replicas=256, requests=2000, warmup=200, seed=1, stream=0, parallel="--parallel" in sys.argv)
 
 if __name__ == "__main__":
     first = simulate(reference_cell(), **KW)

@@ -171,7 +171,8 @@ def child(seconds: float) -> None:
     (cres,) = loop.overloads.values()
     ptr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     kernels = Path(cpu.__file__).parent
-    print(f"ADDR {ptr} {cres.fndesc.llvm_func_name} {kernels} {loop.__name__}", flush=True)
+    where = loop._cache._cache_path  # this build's cache folder (older sources' may sit beside it)
+    print(f"ADDR {ptr} {cres.fndesc.llvm_func_name} {kernels} {loop.__name__} {where}", flush=True)
     sys.stdin.readline()  # the parent starts perf, then lets us go
     t0 = time.time()
     n = 0
@@ -208,7 +209,7 @@ def main() -> int:
     if not line.startswith("ADDR"):
         print(line, proc.stdout.read())
         return 1
-    _, addr, name, kernels, loop = line.split()
+    _, addr, name, kernels, loop, where = line.split()
     base = int(addr)
     _set_kernels(Path(kernels))
     work = Path(tempfile.mkdtemp())
@@ -225,7 +226,7 @@ def main() -> int:
     rows = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True, text=True
     ).stdout.splitlines()
-    (nbc,) = glob.glob(str(CACHE / "*" / "*" / f"cpu.{loop}-*.nbc"))
+    (nbc,) = glob.glob(str(Path(where) / f"cpu.{loop}-*.nbc"))
     obj = work / "loop.o"
     obj.write_bytes(_object_code(Path(nbc)))
     syms = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout.split("\n")

@@ -55,7 +55,6 @@ def test_both_builds_load_from_the_cache_in_a_new_process_and_stay_apart(tmp_pat
         head
         + textwrap.dedent("""
             from poa_mc.kernels import cpu
-from poa_mc.kernels import layout as L
             simulate(G1, **RUN)
             print(simulate(TIERS, **RUN).samples["cached_g2"].sum())
             for d in (cpu._run_lean, cpu._run_full):
