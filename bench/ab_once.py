@@ -1,7 +1,12 @@
 """One side of an A/B run (bench/ab_paired.sh, bench/ab_alternating.sh): the reference cell of
-bench_engine.py on one thread (on all of numba's with --parallel), 256 replicas x 2000 measured
-requests, once to load the kernels and then 9 times; prints the best and the median rate in
-simulated requests per second."""
+bench_engine.py on one thread (on all of numba's with --parallel), 256 replicas (--replicas N) x
+2000 measured requests, once to load the kernels and then 9 times; prints the best and the median
+rate in simulated requests per second.
+
+Each call allocates its arrays afresh; glibc maps an array of more than 32 MiB anew every time
+(its largest mmap threshold) and the kernels then take its page faults, where arrays under it are
+recycled from the heap after the first call. At 256 replicas the candidate costs (192 KB a
+replica) are above it; `poa-mc run` streams smaller batches (bench/NOTES.md, 2026-12-03)."""
 
 from __future__ import annotations
 
@@ -14,7 +19,15 @@ from bench_engine import reference_cell  # noqa: E402
 
 from poa_mc.engine import simulate  # noqa: E402
 
-KW = dict(replicas=256, requests=2000, warmup=200, seed=1, stream=0, parallel="--parallel" in sys.argv)
+_n = sys.argv.index("--replicas") + 1 if "--replicas" in sys.argv else 0
+KW = dict(
+    replicas=int(sys.argv[_n]) if _n else 256,
+    requests=2000,
+    warmup=200,
+    seed=1,
+    stream=0,
+    parallel="--parallel" in sys.argv,
+)
 
 if __name__ == "__main__":
     first = simulate(reference_cell(), **KW)

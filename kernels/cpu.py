@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -18,7 +16,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from poa_mc import threads
 
 from ._cache import keyed_cache_dir
-from .layout import OUTPUT_NAMES, P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
+from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
 
 _JIT = numba.njit(cache=True, nogil=True, _nrt=False)
@@ -151,59 +149,6 @@ def _alloc(shapes: dict, n: int) -> dict:
     return {name: _zeros((n, *shape), dtype) for name, (shape, dtype) in shapes.items()}
 
 
-# A finished batch's arrays, kept for the next batch of the same row shapes (of this cell, or of the
-# next cell). Fresh arrays cost the kernel threads a page fault and the OS a page zeroing for every
-# 4 KiB they first touch (532 KB a replica on the reference cell); on two threads the faults
-# contend (bench/NOTES.md). An array is lent again only when nothing else still views it, which
-# CPython's exact reference counts tell (_free); state arrays are zeroed for their next batch,
-# output rows by the kernels as each measured request arrives (requests.clear_row). Batches larger
-# than SPARE_MAX_BYTES are not kept, so a large run does not hold its memory after it returns.
-SPARE_MAX_BYTES = 256 << 20
-_spare: dict[str, np.ndarray] = {}
-_spare_lock = threading.Lock()
-
-
-def _refs(store: dict, name: str) -> tuple[int, int]:
-    """References to store[name] and to the buffer that owns its memory (views of the array hold
-    the buffer too: numpy points every view's base at the owner)."""
-    arr = store[name]
-    return sys.getrefcount(arr), sys.getrefcount(arr.base)
-
-
-# _refs of an array that nothing but its store holds, the interpreter's own temporaries included
-_UNVIEWED = _refs({"probe": _zeros((1,), np.float64)}, "probe")
-
-
-def _take(shapes: dict, n: int) -> dict:
-    """Arrays for a batch of n replicas: the spares where they are free and large enough, else
-    fresh zeroed ones, which then become the spares."""
-    with _spare_lock:
-        a = {}
-        for name, (shape, dtype) in shapes.items():
-            free = name in _spare and _refs(_spare, name) == _UNVIEWED
-            old = _spare.get(name)
-            if free and old.dtype == dtype and old.shape[1:] == tuple(shape) and old.shape[0] >= n:
-                a[name] = old[:n]
-                if name not in OUTPUT_NAMES:
-                    a[name].fill(0)
-            else:
-                a[name] = _zeros((n, *shape), dtype)
-        if sum(arr.nbytes for arr in a.values()) > SPARE_MAX_BYTES:
-            _spare.clear()
-        else:
-            for name, arr in a.items():
-                old = _spare.get(name)
-                if old is None or arr.base is not old.base:
-                    _spare[name] = arr
-        return a
-
-
-def drop_spares() -> None:
-    """Forget the kept arrays (their memory is freed once nothing else holds them)."""
-    with _spare_lock:
-        _spare.clear()
-
-
 def _call(ip, fp, tabs, a, n, r0=0) -> None:
     (_run_lean if lean(ip) else _run_full)(
         r0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"], a["run"],
@@ -228,7 +173,7 @@ def run_batch(
             _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
-    a = _take(shapes, n)
+    a = _alloc(shapes, n)
     n_threads = threads.count(n) if parallel else 1
     bounds = threads.bounds(n, n_threads)
     if n_threads == 1:

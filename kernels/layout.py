@@ -50,9 +50,7 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   cand  float64 (R, N, W, 2)    router view per candidate worker (global index): [tokens, blocks],
                                 the prefill stage in columns 0..NP-1, the decode stage in NP..
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
-The state arrays start zeroed. The outputs need not: a measured request's rows are zeroed by the
-kernels when it arrives (requests.clear_row), so a finished batch's output arrays can be reused
-as they are (kernels/cpu.py).
+All of them start zeroed (kernels/cpu.py, kernels/cuda.py).
 """
 
 STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")

@@ -116,7 +116,7 @@ def build(
         ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, rid,
         t,
     ):  # fmt: skip
-        new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, out_f, out_i, cand, r, key, s, rid, t)
+        new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t)
         route(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r, key, s, t)
 
     @jit

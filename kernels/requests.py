@@ -18,8 +18,6 @@ from .layout import (
     F_SVC,
     F_THINK,
     FLOW_PREFILL_FIRST,
-    NOF,
-    NOI,
     OF_ARR,
     OF_DWAIT,
     OF_E2E,
@@ -55,7 +53,6 @@ from .layout import (
     P_PLAN,
     P_POP,
     P_PROF,
-    P_RECORD,
     P_TG,
     P_TRACE,
     P_WARM,
@@ -166,21 +163,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
         return lo
 
     @jit_inline
-    def clear_row(ip, out_f, out_i, cand, r, meas):
-        """Zero measured request meas's output row: the host hands the kernels output arrays it
-        does not zero (a finished batch's, reused by kernels/cpu.py), and every measured request
-        of a replica that completes arrives exactly once."""
-        for j in range(NOF):
-            out_f[r, meas, j] = 0.0
-        for j in range(NOI):
-            out_i[r, meas, j] = 0
-        if ip[P_RECORD] == 1:
-            for w in range(cand.shape[2]):
-                cand[r, meas, w, 0] = 0.0
-                cand[r, meas, w, 1] = 0.0
-
-    @jit_inline
-    def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, out_f, out_i, cand, r, key, s, rid, t):
+    def new_request(ip, fp, tabs, slot_i, slot_f, rep_i, rep_f, r, key, s, rid, t):
         pfx = np.int64(-1)
         if trace_on and ip[P_TRACE] != TRACE_NONE:  # a replayed trace's row (kernels/replay.py)
             row, cycle = replay_take_row(ip, tabs, slot_i, slot_f, rep_i, r, key, s, rid)
@@ -250,8 +233,6 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
             meas = -1
         elif meas == 0:
             rep_f[r, RF_FIRST_ARR] = t
-        if meas >= 0:
-            clear_row(ip, out_f, out_i, cand, r, meas)
         slot_i[r, s, SI_MEAS] = meas
         slot_f[r, s, SF_ARR] = t
         slot_f[r, s, SF_TPF] = -1.0

@@ -622,9 +622,7 @@ def simulate(
             rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
         for name, arr in logs_b.items():
             logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
-        # a failed replica's unfinished rows hold a reused batch's values (kernels/cpu.py): the run
-        # raises below, and they are never reduced
-        if reduce is not None and not rep_b["status"].any():
+        if reduce is not None:
             parts.append(reduce(cols, rep_b, logs_b))
         del out, cols
     bad = np.flatnonzero(rep["status"] != 0)
