@@ -10,6 +10,7 @@ replica) are above it; `poa-mc run` streams smaller batches (bench/NOTES.md, 202
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -19,18 +20,13 @@ from bench_engine import reference_cell  # noqa: E402
 
 from poa_mc.engine import simulate  # noqa: E402
 
-_n = sys.argv.index("--replicas") + 1 if "--replicas" in sys.argv else 0
-KW = dict(
-    replicas=int(sys.argv[_n]) if _n else 256,
-    requests=2000,
-    warmup=200,
-    seed=1,
-    stream=0,
-    parallel="--parallel" in sys.argv,
-)
-
 if __name__ == "__main__":
-    first = simulate(reference_cell(), **KW)
-    walls = sorted(simulate(reference_cell(), **KW).wall_s for _ in range(9))
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--parallel", action="store_true")
+    ap.add_argument("--replicas", type=int, default=256)
+    args = ap.parse_args()
+    kw = dict(replicas=args.replicas, requests=2000, warmup=200, seed=1, stream=0, parallel=args.parallel)
+    first = simulate(reference_cell(), **kw)
+    walls = sorted(simulate(reference_cell(), **kw).wall_s for _ in range(9))
     n = first.simulated_requests
     print(f"best {n / walls[0] / 1e6:.3f} M  median {n / walls[4] / 1e6:.3f} M")
