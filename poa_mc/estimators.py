@@ -471,43 +471,55 @@ def predicted_step_ms(blocks: np.ndarray, profile: ProfileSpec, kv_blocks: int, 
 
 
 @numba.njit(cache=True)
-def _assign_min(a: np.ndarray) -> float:
-    """Minimum total cost of assigning every row of a (n x m, n <= m) to a distinct column.
-
-    Shortest augmenting paths with row/column potentials (the O(n^2 m) Hungarian method): rows are
-    added one at a time; each addition grows a Dijkstra-like tree over reduced costs until it
-    reaches a free column, then flips the path. Needs finite entries (a NaN or inf row never
-    reaches a column): callers check in Python first.
-    """
-    n, m = a.shape
-    return _assign_min_in(a, _workspace(n, m))
-
-
-@numba.njit(cache=True)
 def _workspace(n: int, m: int) -> tuple:  # pragma: no cover
-    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used, tree."""
+    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used, tree,
+    taken, scan."""
     return (
         np.empty(n + 1), np.empty(m + 1), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
-        np.empty(m + 1), np.empty(m + 1, np.bool_), np.empty(m + 1, np.int64),
+        np.empty(m + 1), np.empty(m + 1, np.bool_), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
+        np.empty(m + 1, np.int64),
     )  # fmt: skip
 
 
 @numba.njit(cache=True)
-def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
-    """_assign_min on buffers made once by the caller (a solve made four arrays per window and two
-    per row otherwise, which cost as much as the arithmetic at the default window)."""
+def _assign_min_in(a: np.ndarray, ws: tuple, k: int, by_worker: bool = False) -> float:  # pragma: no cover
+    """Minimum total cost of assigning every row of a (n x m, n <= m) to a distinct column, on
+    buffers made once by the caller (_workspace: a solve made four arrays per window and two per
+    row otherwise, which cost as much as the arithmetic at the default window).
+
+    Shortest augmenting paths with row/column potentials (the O(n^2 m) Hungarian method): rows are
+    added one at a time; each addition grows a Dijkstra-like tree over reduced costs until it
+    reaches a free column, then flips the path. Needs finite entries (a NaN or inf row never
+    reaches a column): callers check first.
+
+    k < m says the columns are slots of k workers, slot-major (column s * k + w is worker w's slot
+    s; by_worker: w * slots + s), and that every row's cost on a worker is non-decreasing in the
+    slot (_slots_ascend). Then only the columns already taken and each worker's first free slot
+    are scanned: a free column's potential stays 0, so a worker's later free slots never undercut
+    its first one, and the scan keeps the first of equal minima; the tree, the potentials and the
+    assignment are those of the full scan, bit for bit, over (taken + k) columns instead of m.
+    k = m scans every column of any matrix.
+    """
     n, m = a.shape
+    slots = m // k
     inf = np.inf
-    u, v, owner, prev, minv, used, tree = ws
+    u, v, owner, prev, minv, used, tree, taken, scan = ws
     u[: n + 1] = 0.0
     v[: m + 1] = 0.0
     owner[: m + 1] = 0  # owner[j] = row (1-based) assigned to column j, 0 = free
     prev[: m + 1] = 0
+    taken[:k] = 0  # slots of each worker taken so far: always its first ones
+    # the columns a row scans, ascending as a full scan meets them (scan[:ns]): every worker's
+    # first slot to begin with, then one more as each row takes a worker's first free slot
+    for w in range(k):
+        scan[w] = w * slots + 1 if by_worker else w + 1
+    ns = k
     for i in range(1, n + 1):
         owner[0] = i
         j0 = 0
-        minv[: m + 1] = inf
-        used[: m + 1] = False
+        for c in range(ns):
+            minv[scan[c]] = inf
+            used[scan[c]] = False
         nt = 0  # the columns in the tree, in the order they joined (tree[:nt])
         while True:
             used[j0] = True
@@ -517,7 +529,8 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
             ui0 = u[i0]
             delta = inf
             j1 = 0
-            for j in range(1, m + 1):
+            for c in range(ns):
+                j = scan[c]
                 if not used[j]:
                     cur = a[i0 - 1, j - 1] - ui0 - v[j]
                     mj = minv[j]
@@ -528,17 +541,27 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
                     if mj < delta:
                         delta = mj
                         j1 = j
-            # the tree's rows and columns move by delta; so does every column's minv (those of
-            # the tree are not read again before the next row resets them): no branch per column
+            # the tree's rows and columns move by delta; so does every scanned column's minv
+            # (those of the tree are not read again before the next row resets them)
             for t in range(nt):
                 j = tree[t]
                 u[owner[j]] += delta
                 v[j] -= delta
-            for j in range(m + 1):
-                minv[j] -= delta
+            for c in range(ns):
+                minv[scan[c]] -= delta
             j0 = j1
             if owner[j0] == 0:
                 break
+        w = (j0 - 1) // slots if by_worker else (j0 - 1) % k
+        taken[w] += 1
+        if taken[w] < slots:  # its next slot joins the scan, in column order
+            j = w * slots + taken[w] + 1 if by_worker else taken[w] * k + w + 1
+            c = ns
+            while scan[c - 1] > j:
+                scan[c] = scan[c - 1]
+                c -= 1
+            scan[c] = j
+            ns += 1
         while j0 != 0:
             j1 = prev[j0]
             owner[j0] = owner[j1]
@@ -548,6 +571,18 @@ def _assign_min_in(a: np.ndarray, ws: tuple) -> float:  # pragma: no cover
         if owner[j] != 0:
             total += a[owner[j] - 1, j - 1]
     return total
+
+
+@numba.njit(cache=True)
+def _slots_ascend(a: np.ndarray, k: int) -> bool:  # pragma: no cover
+    """Whether every row's cost on each of k workers is non-decreasing in the slot (columns
+    slot-major): _assign_min_in may then scan a worker's first free slot only."""
+    n, m = a.shape
+    for i in range(n):
+        for j in range(k, m):
+            if a[i, j] < a[i, j - k]:
+                return False
+    return True
 
 
 def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
@@ -560,7 +595,8 @@ def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def _batch_assign_in(lo, hi, costs, slots, out):  # pragma: no cover
-    """_batch_assign's windows lo..hi-1 (buffers made once for them)."""
+    """_batch_assign's windows lo..hi-1 (buffers made once for them): each worker's column
+    repeated `slots` times, side by side, so a worker's slots cost the same (ascending)."""
     _, n, k = costs.shape
     a = np.empty((n, k * slots))
     ws = _workspace(n, k * slots)
@@ -570,22 +606,23 @@ def _batch_assign_in(lo, hi, costs, slots, out):  # pragma: no cover
                 v = costs[w, i, j]
                 for s in range(slots):
                     a[i, j * slots + s] = v
-        out[w] = _assign_min_in(a, ws)
+        out[w] = _assign_min_in(a, ws, k, True)
 
 
-def _batch_assign_priced(prices: np.ndarray) -> np.ndarray:
-    """OPT of each window from full price matrices: prices (W, n, columns) -> (W,), in parallel."""
+def _batch_assign_priced(prices: np.ndarray, k: int) -> np.ndarray:
+    """OPT of each window from full price matrices: prices (W, n, slots * k) -> (W,), columns
+    slot-major over k workers, in parallel."""
     out = np.empty(prices.shape[0])
-    threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, out)
+    threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, k, out)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _batch_assign_priced_in(lo, hi, prices, out):  # pragma: no cover
+def _batch_assign_priced_in(lo, hi, prices, k, out):  # pragma: no cover
     _, n, m = prices.shape
     ws = _workspace(n, m)
     for w in range(lo, hi):
-        out[w] = _assign_min_in(prices[w], ws)
+        out[w] = _assign_min_in(prices[w], ws, k if _slots_ascend(prices[w], k) else m)
 
 
 def _require_finite(costs: np.ndarray, first_window: int = 0, windows_per_replica: int = 0) -> None:
@@ -633,6 +670,7 @@ def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, b
     (_workspace) the caller's buffers. NaN when a price is not finite (the caller then names the
     window through the generic path)."""
     n, k = f_tok.shape
+    ascend = True  # whether a worker's slots cost no less than the one before (_assign_min_in)
     for i in range(n):
         for j in range(slots):
             for kk in range(k):
@@ -641,8 +679,10 @@ def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, b
                 c = omega * tok / block_size + blk
                 if not np.isfinite(c):
                     return np.nan
+                if j > 0 and c < buf[i, (j - 1) * k + kk]:
+                    ascend = False
                 buf[i, j * k + kk] = c
-    return _assign_min_in(buf, ws)
+    return _assign_min_in(buf, ws, k if ascend else slots * k)
 
 
 def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):
@@ -695,17 +735,19 @@ def _slot_router_opt_recorded_in(  # pragma: no cover
     ws = _workspace(n, slots * k)
     for w in range(lo, hi):
         for i in range(n):
+            # earlier decisions' load still on each worker at decision i, summed in decision
+            # order per worker (as _load_before sums it)
+            t_tok[:] = 0.0
+            t_blk[:] = 0.0
+            for e in range(i):
+                ch = chosen[w, e]
+                if rel_t[w, e] > dec[w, i]:
+                    t_tok[ch] += add_t[w, e]
+                if rel_b[w, e] > dec[w, i]:
+                    t_blk[ch] += add_b[w, e]
             for kk in range(k):
-                bt = 0.0
-                bb = 0.0
-                for e in range(i):
-                    if chosen[w, e] == kk:
-                        if rel_t[w, e] > dec[w, i]:
-                            bt += add_t[w, e]
-                        if rel_b[w, e] > dec[w, i]:
-                            bb += add_b[w, e]
-                f_tok[i, kk] = tok[w, i, kk] - bt
-                f_blk[i, kk] = blk[w, i, kk] - bb
+                f_tok[i, kk] = tok[w, i, kk] - t_tok[kk]
+                f_blk[i, kk] = blk[w, i, kk] - t_blk[kk]
         t_last = dec[w, 0]
         least_t = add_t[w, 0]
         least_b = add_b[w, 0]
@@ -784,7 +826,7 @@ def slot_priced_opt(
         p = price(tok, blk, None if isl is None else isl[s:e, :, None])
         p = np.ascontiguousarray(np.broadcast_to(p, tok.shape), dtype=np.float64).reshape(e - s, n, slots * k)
         _require_finite(p, s, windows_per_replica)
-        out[s:e] = _batch_assign_priced(p)
+        out[s:e] = _batch_assign_priced(p, k)
     return out
 
 

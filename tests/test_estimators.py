@@ -57,6 +57,35 @@ def test_window_opt_matches_linear_sum_assignment(k, window):
     assert np.all(window_opt(costs, slots + 1) <= got + 1e-9)
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_assignment_over_ascending_slots_scans_first_free_slots_to_the_same_bits(whole):
+    """Slot-priced matrices (columns slot-major over k workers, each worker's price non-decreasing
+    in the slot, ties included): the solve that scans taken columns and each worker's first free
+    slot gives the full scan's assignment value bit for bit, and scipy's optimum."""
+    rng = np.random.default_rng(7 if whole else 8)
+    checked = 0
+    for _ in range(3000):
+        n, k, slots = (int(x) for x in rng.integers(1, 10, 3))
+        if slots * k < n:
+            continue
+        base = rng.integers(0, 5, (n, 1, k)) if whole else rng.uniform(-3.0, 5.0, (n, 1, k))
+        steps = rng.integers(0, 3, (n, slots, k)) if whole else rng.exponential(1.0, (n, slots, k))
+        a = np.ascontiguousarray((base + np.cumsum(steps, axis=1)).reshape(n, slots * k), dtype=np.float64)
+        assert estimators._slots_ascend(a, k)
+        ws = estimators._workspace(n, slots * k)
+        pruned, full = estimators._assign_min_in(a, ws, k), estimators._assign_min_in(a, ws, slots * k)
+        assert pruned == full
+        r, col = linear_sum_assignment(a)
+        assert pruned == pytest.approx(float(a[r, col].sum()), rel=1e-12, abs=1e-9)
+        # the same slots laid out worker by worker (frozen pricing's matrices)
+        b = np.ascontiguousarray(a.reshape(n, slots, k).transpose(0, 2, 1).reshape(n, slots * k))
+        assert estimators._assign_min_in(b, ws, k, True) == estimators._assign_min_in(b, ws, slots * k)
+        checked += 1
+    assert checked > 2000
+    # a worker whose later slot is cheaper is not ascending: such a matrix is scanned whole
+    assert not estimators._slots_ascend(np.array([[2.0, 0.0, 1.0, 0.0]]), 2)
+
+
 def test_window_opt_rejects_too_few_slots():
     with pytest.raises(ValueError):
         window_opt(np.ones((1, 5, 2)), 2)
