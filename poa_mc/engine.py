@@ -66,6 +66,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,7 +117,7 @@ class SimResult:
     samples: dict[str, np.ndarray]
     candidates: dict[str, np.ndarray]
     replica: dict[str, np.ndarray]
-    wall_s: float
+    wall_s: float  # in the kernels, compiling excluded; with `reduce`, beside the last batch's reduction
     compile_s: float
     backend: str
     device: str
@@ -528,10 +529,12 @@ def simulate(
     `reduce(cols, replica, logs)`, when given, is called on each batch of replicas as it leaves
     the kernels (cols: that batch's samples and candidates, (nr, requests[, W]) each; replica and
     logs as in SimResult) and returns a dict of (nr, ...) arrays; SimResult.acc holds them for all
-    replicas, in replica order. `keep` (None: all) is how many measured requests of each replica
-    SimResult.samples and .candidates keep (the first ones). With `reduce`, or fewer than all kept,
-    the replicas run in batches of about STREAM_BATCH_BYTES on the CPU (an eighth of the host's
-    memory on CUDA): with nothing kept, memory is flat in the number of requests per replica.
+    replicas, in replica order. It runs on a thread of its own while the next batch simulates, one
+    batch at a time and in batch order, and must not write into cols. `keep` (None: all) is how
+    many measured requests of each replica SimResult.samples and .candidates keep (the first ones).
+    With `reduce`, or fewer than all kept, the replicas run in batches of about STREAM_BATCH_BYTES
+    on the CPU (an eighth of the host's memory on CUDA): with nothing kept, memory is flat in the
+    number of requests per replica.
     """
     if replicas < 1:
         raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
@@ -604,27 +607,40 @@ def simulate(
     parts = []
     compile_s = 0.0
     wall = 0.0
-    for b in range(n_batches):
-        r0 = b * batch
-        nr = min(batch, replicas - r0)
-        ipb = ip.copy()
-        ipb[L.P_RBASE] = r0
-        t0 = time.perf_counter()
-        out, csec = target.run_batch(ipb, fp, tabs, shapes, nr, parallel=parallel)
-        wall += time.perf_counter() - t0 - csec
-        compile_s += csec
-        cols = _batch_columns(out, ip, spec, record_candidates)
-        rep_b = _batch_replica(out, ip)
-        logs_b = _batch_logs(out, ip, n_log, n_moves)
-        for name, arr in cols.items():
-            (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
-        for name, arr in rep_b.items():
-            rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
-        for name, arr in logs_b.items():
-            logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
-        if reduce is not None:
-            parts.append(reduce(cols, rep_b, logs_b))
-        del out, cols
+    # a batch is reduced on a thread of its own while the next one simulates: the reduction's
+    # serial numpy stretches leave a core the kernels then use (bench/NOTES.md). One reduction at
+    # a time, in batch order, so at most two batches' arrays are alive and results are unchanged
+    reducer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poa-mc-reduce") if reduce else None
+    reducing: Future | None = None
+    try:
+        for b in range(n_batches):
+            r0 = b * batch
+            nr = min(batch, replicas - r0)
+            ipb = ip.copy()
+            ipb[L.P_RBASE] = r0
+            t0 = time.perf_counter()
+            out, csec = target.run_batch(ipb, fp, tabs, shapes, nr, parallel=parallel)
+            wall += time.perf_counter() - t0 - csec
+            compile_s += csec
+            cols = _batch_columns(out, ip, spec, record_candidates)
+            rep_b = _batch_replica(out, ip)
+            logs_b = _batch_logs(out, ip, n_log, n_moves)
+            for name, arr in cols.items():
+                (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
+            for name, arr in rep_b.items():
+                rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
+            for name, arr in logs_b.items():
+                logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
+            if reducer is not None:
+                if reducing is not None:
+                    parts.append(reducing.result())
+                reducing = reducer.submit(reduce, cols, rep_b, logs_b)
+            del out, cols
+        if reducing is not None:
+            parts.append(reducing.result())
+    finally:
+        if reducer is not None:
+            reducer.shutdown(wait=False, cancel_futures=True)
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
         code = int(rep["status"][bad[0]])

@@ -10,6 +10,7 @@ runs as fast. Each index is computed on its own, so results never depend on the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numba
 
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()  # the engine reduces a batch on a thread of its own
 
 
 def count(n: int) -> int:
@@ -38,9 +40,11 @@ def over_ranges(fn: Callable[..., Any], n: int, *args: Any) -> None:
     if threads == 1:
         fn(0, n, *args)
         return
-    if _pool is None or _pool._max_workers < threads - 1:  # noqa: SLF001 - grow the shared pool
-        _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="poa-mc")
-    jobs = [_pool.submit(fn, edges[i], edges[i + 1], *args) for i in range(1, threads)]
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < threads - 1:  # noqa: SLF001 - grow the shared pool
+            _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="poa-mc")
+        pool = _pool
+    jobs = [pool.submit(fn, edges[i], edges[i + 1], *args) for i in range(1, threads)]
     try:
         fn(edges[0], edges[1], *args)
     finally:

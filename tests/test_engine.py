@@ -91,6 +91,43 @@ def test_same_seed_is_bit_identical_and_independent_of_batching(caplog):
     assert not np.array_equal(a.samples["ttft_ms"], other.samples["ttft_ms"])
 
 
+def test_batches_reduce_one_at_a_time_in_order_beside_the_next_and_errors_surface(monkeypatch):
+    """A batch is reduced on a thread of its own while the next simulates: one reduction at a
+    time, batches in replica order, each reduction's result kept, and its error raised."""
+    import threading
+
+    from poa_mc import engine
+
+    spec = cell("prefill_first", n_p=1, n_d=2)
+    whole = simulate(spec, **RUN)
+    monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 1)  # one replica per batch
+    running, seen, lock = [0], [], threading.Lock()
+
+    def reduce(cols, rep, logs):
+        with lock:
+            running[0] += 1
+            assert running[0] == 1
+        try:
+            seen.append(threading.current_thread() is not threading.main_thread())
+            return {"ttft": cols["ttft_ms"].copy()}
+        finally:
+            with lock:
+                running[0] -= 1
+
+    res = simulate(spec, **RUN, keep=0, reduce=reduce)
+    assert res.batches == RUN["replicas"] and len(seen) == RUN["replicas"] and all(seen)
+    np.testing.assert_array_equal(res.acc["ttft"], whole.samples["ttft_ms"])
+
+    def failing(cols, rep, logs, calls=[]):  # noqa: B006 - counts the calls
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("reduction 3 failed")
+        return {"n": np.zeros(len(rep["status"]))}
+
+    with pytest.raises(ValueError, match="reduction 3 failed"):
+        simulate(spec, **RUN, keep=0, reduce=failing)
+
+
 def test_common_random_numbers_across_policies():
     # open loop: request n of a replica is the same request whatever the policy
     kw = dict(arrival="poisson", rate_rps=20.0, concurrency=1)
