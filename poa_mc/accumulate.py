@@ -34,10 +34,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numba
 import numpy as np
 
-from poa_mc import sketch, threads
+from poa_mc import sketch
 from poa_mc.estimators import PoaHat, poa_hat_from_candidates
 from poa_mc.spec import ClusterSpec, ProfileSpec
 
@@ -139,21 +138,6 @@ def _slo_met(slo: dict[str, Any], ttft: np.ndarray, itl: np.ndarray, gaps: np.nd
     return ok.sum(axis=1).astype(np.int64)
 
 
-def _take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """np.take_along_axis(x, order[:, :, None], axis=1) for x (R, N, K), in parallel over replicas
-    (numpy's gather was a third of PoA-hat's host time)."""
-    out = np.empty_like(x)
-    threads.over_ranges(_take_rows_in, x.shape[0], x, order, out)
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _take_rows_in(lo: int, hi: int, x: np.ndarray, order: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
-    for r in range(lo, hi):
-        for i in range(order.shape[1]):
-            out[r, i] = x[r, order[r, i]]
-
-
 def poa_hat_sums(
     cols: dict[str, np.ndarray], spec: dict[str, Any], poa: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, int]:
@@ -174,7 +158,7 @@ def poa_hat_sums(
     chosen = np.asarray(cols["prefill_worker" if stage == "prefill" else "decode_worker"])
     add_t, add_b = np.asarray(cols[f"{stage}_added_tokens"]), np.asarray(cols[f"{stage}_added_blocks"])
     ttft, isl = np.asarray(cols["ttft_ms"]), np.asarray(cols["isl"])
-    obs, isl_s = ttft, isl
+    obs = ttft
     # when each decision was made and when the load it booked left its worker (see estimators)
     arrival = np.asarray(cols["arrival_ms"])
     decided = np.asarray(cols["decode_decided_ms"])
@@ -185,21 +169,14 @@ def poa_hat_sums(
         t_dec, rel_t, rel_b = decided, done, done
     else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
         t_dec, rel_t, rel_b = arrival, arrival + ttft, done
+    order = None
     if stage == "decode" and cluster.flow == "prefill_first":
         # decode decisions come as prefills end, not in arrival order: windows follow them
         order = np.argsort(decided, axis=1, kind="stable")
-
-        def take(x: np.ndarray) -> np.ndarray:
-            x = np.asarray(x)
-            return _take_rows(x if x.ndim == 3 else x[:, :, None], order).reshape(x.shape)
-
-        # the decode decision's observed latency starts when it is made (the prefill is behind it)
-        since = ttft - (decided - arrival)
-        tokens, blocks, chosen, add_t, add_b, obs, isl_s, t_dec, rel_t, rel_b = map(
-            take, (tokens, blocks, chosen, add_t, add_b, since, isl, t_dec, rel_t, rel_b)
-        )
         omega = float(spec["policy"].get("decode_overlap_weight", 0.0))
         cost = {"ttft": "decode_step", "observed": "observed_step"}.get(poa.get("cost", "router"), "router")
+        if cost == "observed_step":  # the decision's observed latency starts when it is made
+            obs = ttft - (decided - arrival)
     else:
         omega = float(poa.get("overlap_weight", 1.0))
         cost = poa.get("cost", "router")
@@ -215,7 +192,7 @@ def poa_hat_sums(
         block_size=int(cluster.block_size),
         overlap_weight=omega,
         profile=ProfileSpec(**spec["profile"]),
-        isl=isl_s,
+        isl=isl,
         freeze=bool(poa.get("freeze", True)),
         pricing=poa.get("pricing", "slot"),
         decode_kv_blocks=int(cluster.decode_kv_blocks),
@@ -224,6 +201,7 @@ def poa_hat_sums(
         released_tokens_ms=rel_t,
         released_blocks_ms=rel_b,
         recompute_last_block=bool(cluster.recompute_last_block),
+        order=order,
     )
     if not ph.defined or not ph.windows:
         return (*nan[:2], ph.windows)

@@ -706,72 +706,91 @@ def _slot_router_opt_in(  # pragma: no cover
         out[w] = _router_window_opt(*prices, slots, omega, block_size, a, ws)
 
 
-def _slot_router_opt_recorded(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size):
-    """_slot_router_opt from the recorded arrays of whole windows: tok, blk (W, n, K); chosen,
-    add_*, dec, rel_* (W, n). Each window's load before each decision (_load_before), smallest
-    loads (_min_added) and requests gone by its last decision (_transient) are worked out here,
-    window by window, with the numpy functions' arithmetic (sums of whole numbers: exact in any
-    order), so the result is the same to the bit; the numpy path builds (W, n, n) and (W, n, K)
-    temporaries for them and took 80% of the host's PoA-hat time (bench/RESULTS.md)."""
-    out = np.empty(tok.shape[0])
-    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size, out)
-    threads.over_ranges(_slot_router_opt_recorded_in, tok.shape[0], *args)
-    return out
+def _router_slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size):
+    """PoA-hat of the default flavour (router cost, slot pricing, load frozen with decision and
+    release times) straight from the recorded arrays, in compiled code: tok, blk (R, N, K) (any
+    strides), chosen, add_*, dec, rel_* (R, N); order (R, N) the decisions in window order (each
+    replica's row a permutation of range(N)). Returns (OPT of each window (R, nw), the realized
+    router cost of each windowed decision (R, nw * window)). Each window's load before each
+    decision (_load_before), smallest loads (_min_added) and requests gone by its last decision
+    (_transient) are worked out window by window with the numpy functions' arithmetic (sums of
+    whole numbers: exact in any order), so the numbers are those of the generic path to the bit;
+    that path builds (W, n, n) and (W, n, K) temporaries and gathers every array into decision
+    order first (bench/RESULTS.md). An OPT is NaN where a price is not finite or a load negative
+    (the caller then takes the generic path, which names the window)."""
+    r, n = chosen.shape
+    nw = n // window
+    opt, real = np.empty((r, nw)), np.empty((r, nw * window))
+    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, opt, real)
+    threads.over_ranges(_router_slot_sums_in, r, *args)
+    return opt, real
 
 
 @numba.njit(cache=True, nogil=True)
-def _slot_router_opt_recorded_in(  # pragma: no cover
-    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, slots, omega, block_size, out
+def _router_slot_sums_in(  # pragma: no cover
+    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, opt, real
 ):
-    """_slot_router_opt_recorded's windows lo..hi-1 (buffers made once for them)."""
-    _, n, k = tok.shape
-    f_tok = np.empty((n, k))
-    f_blk = np.empty((n, k))
-    a_tok = np.empty(k)
-    a_blk = np.empty(k)
-    t_tok = np.empty(k)
-    t_blk = np.empty(k)
+    """_router_slot_sums' replicas lo..hi-1 (buffers made once for them)."""
+    k = tok.shape[2]
+    n = window
+    w_tok, w_blk = np.empty((n, k)), np.empty((n, k))  # the window's recorded rows
+    ch = np.empty(n, np.int64)
+    at, ab, dc, rt, rb = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    f_tok, f_blk = np.empty((n, k)), np.empty((n, k))
+    a_tok, a_blk, t_tok, t_blk = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
     a = np.empty((n, slots * k))
     ws = _workspace(n, slots * k)
-    for w in range(lo, hi):
-        for i in range(n):
-            # earlier decisions' load still on each worker at decision i, summed in decision
-            # order per worker (as _load_before sums it)
+    for r in range(lo, hi):
+        for wi in range(opt.shape[1]):
+            negative = False
+            for i in range(n):
+                e = order[r, wi * n + i]
+                c = chosen[r, e]
+                for kk in range(k):
+                    w_tok[i, kk] = tok[r, e, kk]
+                    w_blk[i, kk] = blk[r, e, kk]
+                real[r, wi * n + i] = omega * w_tok[i, c] / block_size + w_blk[i, c]  # router_cost
+                ch[i] = c
+                at[i], ab[i] = add_t[r, e], add_b[r, e]
+                dc[i], rt[i], rb[i] = dec[r, e], rel_t[r, e], rel_b[r, e]
+                negative |= at[i] < 0 or ab[i] < 0
+            if negative:
+                opt[r, wi] = np.nan
+                continue
+            for i in range(n):
+                # earlier decisions' load still on each worker at decision i, summed in decision
+                # order per worker (as _load_before sums it)
+                t_tok[:] = 0.0
+                t_blk[:] = 0.0
+                for e in range(i):
+                    if rt[e] > dc[i]:
+                        t_tok[ch[e]] += at[e]
+                    if rb[e] > dc[i]:
+                        t_blk[ch[e]] += ab[e]
+                for kk in range(k):
+                    f_tok[i, kk] = w_tok[i, kk] - t_tok[kk]
+                    f_blk[i, kk] = w_blk[i, kk] - t_blk[kk]
+            t_last, least_t, least_b = dc[0], at[0], ab[0]
+            for e in range(1, n):
+                t_last = max(t_last, dc[e])
+                least_t = min(least_t, at[e])
+                least_b = min(least_b, ab[e])
+            a_tok[:] = np.inf
+            a_blk[:] = np.inf
             t_tok[:] = 0.0
             t_blk[:] = 0.0
-            for e in range(i):
-                ch = chosen[w, e]
-                if rel_t[w, e] > dec[w, i]:
-                    t_tok[ch] += add_t[w, e]
-                if rel_b[w, e] > dec[w, i]:
-                    t_blk[ch] += add_b[w, e]
+            for e in range(n):
+                a_tok[ch[e]] = min(a_tok[ch[e]], at[e])
+                a_blk[ch[e]] = min(a_blk[ch[e]], ab[e])
+                if rt[e] <= t_last:
+                    t_tok[ch[e]] += 1.0
+                if rb[e] <= t_last:
+                    t_blk[ch[e]] += 1.0
             for kk in range(k):
-                f_tok[i, kk] = tok[w, i, kk] - t_tok[kk]
-                f_blk[i, kk] = blk[w, i, kk] - t_blk[kk]
-        t_last = dec[w, 0]
-        least_t = add_t[w, 0]
-        least_b = add_b[w, 0]
-        for e in range(1, n):
-            t_last = max(t_last, dec[w, e])
-            least_t = min(least_t, add_t[w, e])
-            least_b = min(least_b, add_b[w, e])
-        a_tok[:] = np.inf
-        a_blk[:] = np.inf
-        t_tok[:] = 0.0
-        t_blk[:] = 0.0
-        for e in range(n):
-            ch = chosen[w, e]
-            a_tok[ch] = min(a_tok[ch], add_t[w, e])
-            a_blk[ch] = min(a_blk[ch], add_b[w, e])
-            if rel_t[w, e] <= t_last:
-                t_tok[ch] += 1.0
-            if rel_b[w, e] <= t_last:
-                t_blk[ch] += 1.0
-        for kk in range(k):
-            if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
-                a_tok[kk] = least_t
-                a_blk[kk] = least_b
-        out[w] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
+                if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
+                    a_tok[kk] = least_t
+                    a_blk[kk] = least_b
+            opt[r, wi] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
 
 
 def slot_priced_opt(
@@ -907,6 +926,23 @@ def _pricer(
     raise ValueError(f"unknown PoA-hat cost {cost!r}")
 
 
+def take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """np.take_along_axis(x, order, axis=1) for x (R, N) or (R, N, K) and order (R, N), in
+    parallel over replicas (numpy's gather was a third of PoA-hat's host time)."""
+    x = np.asarray(x)
+    x3 = x if x.ndim == 3 else x[:, :, None]
+    out = np.empty(x3.shape, dtype=x.dtype)
+    threads.over_ranges(_take_rows_in, x.shape[0], x3, np.asarray(order), out)
+    return out.reshape(x.shape)
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_rows_in(lo: int, hi: int, x: np.ndarray, order: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    for r in range(lo, hi):
+        for i in range(order.shape[1]):
+            out[r, i] = x[r, order[r, i]]
+
+
 def poa_hat_from_candidates(
     cand_tokens: np.ndarray,
     cand_blocks: np.ndarray,
@@ -929,6 +965,7 @@ def poa_hat_from_candidates(
     released_tokens_ms: np.ndarray | None = None,
     released_blocks_ms: np.ndarray | None = None,
     recompute_last_block: bool = False,
+    order: np.ndarray | None = None,
 ) -> PoaHat:
     """PoA-hat of one cell from the router's recorded view (see the module docstring).
 
@@ -940,7 +977,9 @@ def poa_hat_from_candidates(
     ceil(window / K) under frozen pricing. freeze=False turns all load accounting off: every slot
     of a worker is priced at the recorded cost. K = 1 gives an undefined PoaHat.
     recompute_last_block (the cluster's): the ttft flavours price a prompt the router sees fully
-    cached at the last block the engine recomputes (predicted_ttft_ms).
+    cached at the last block the engine recomputes (predicted_ttft_ms). order (R, N), when given,
+    is the order of the decisions (each row a permutation of range(N)): windows follow it instead
+    of the arrays' order.
     """
     if pricing not in ("slot", "frozen"):
         raise ValueError(f"unknown PoA-hat pricing {pricing!r} (slot or frozen)")
@@ -951,6 +990,28 @@ def poa_hat_from_candidates(
     r, n, k = cand_tokens.shape
     if k == 1:
         return PoaHat.undefined(r)
+    times = (decided_ms, released_tokens_ms, released_blocks_ms)
+    nw = n // window
+    if (
+        pricing == "slot" and freeze and cost == "router" and nw and (slots or window) * k >= window
+        and all(x is not None for x in times)
+    ):  # fmt: skip
+        # the default flavour, in compiled code from the recorded arrays (the same numbers)
+        rows = np.ascontiguousarray(np.broadcast_to(np.arange(n), (r, n)) if order is None else order, dtype=np.int64)
+        opt, real = _router_slot_sums(
+            np.asarray(cand_tokens, dtype=np.float64), np.asarray(cand_blocks, dtype=np.float64),
+            *(np.ascontiguousarray(x, dtype=np.int64) for x in (chosen, added_tokens, added_blocks)),
+            *(np.ascontiguousarray(x, dtype=np.float64) for x in times),
+            rows, int(window), int(slots or window), float(overlap_weight), float(block_size),
+        )  # fmt: skip
+        if not np.isnan(opt).any():
+            return PoaHat(real.sum(axis=1), opt.sum(axis=1), nw)
+    if order is not None:  # the generic path takes every array in decision order
+        cand_tokens, cand_blocks, chosen, added_tokens, added_blocks, isl, ttft_ms, *times = (
+            None if x is None else take_rows(x, order)
+            for x in (cand_tokens, cand_blocks, chosen, added_tokens, added_blocks, isl, ttft_ms, *times)
+        )
+        decided_ms, released_tokens_ms, released_blocks_ms = times
 
     if observed:
         realized = np.broadcast_to(np.asarray(ttft_ms, dtype=np.float64)[:, :, None], cand_tokens.shape)
@@ -966,7 +1027,6 @@ def poa_hat_from_candidates(
         return windowed_poa(realized, price(f_tok, f_blk, isl), chosen, window, slots)
 
     slots = slots or window
-    nw = n // window
     if nw == 0:
         return PoaHat(np.zeros(r), np.zeros(r), 0)
     m = nw * window
@@ -981,19 +1041,6 @@ def poa_hat_from_candidates(
     shape = (r * nw, window, k)
     tok = np.asarray(cand_tokens, dtype=np.float64)[:, :m].reshape(shape)
     blk = np.asarray(cand_blocks, dtype=np.float64)[:, :m].reshape(shape)
-    times = (decided_ms, released_tokens_ms, released_blocks_ms)
-    if cost == "router" and slots * k >= window and all(x is not None for x in times):
-        # the default flavour, in compiled code from the recorded arrays (the same numbers)
-        def windows(x: np.ndarray, dtype: type = np.float64) -> np.ndarray:
-            return np.ascontiguousarray(np.asarray(x)[:, :m].reshape(r * nw, window), dtype=dtype)
-
-        opt = _slot_router_opt_recorded(
-            np.ascontiguousarray(tok), np.ascontiguousarray(blk), windows(chosen, np.int64),
-            windows(added_tokens), windows(added_blocks), *(windows(x) for x in times),
-            int(slots), float(overlap_weight), float(block_size),
-        )  # fmt: skip
-        if not np.isnan(opt).any():
-            return PoaHat(actual, opt.reshape(r, nw).sum(axis=1), nw)
     f_tok = tok - _load_before(chosen, added_tokens, window, k, decided_ms, released_tokens_ms).reshape(shape)
     f_blk = blk - _load_before(chosen, added_blocks, window, k, decided_ms, released_blocks_ms).reshape(shape)
     a_tok = _min_added(chosen, added_tokens, window, k).reshape(r * nw, k)

@@ -883,20 +883,54 @@ def test_the_compiled_router_path_equals_the_numpy_bookkeeping_to_the_bit(seed):
     t_blk = estimators._transient(chosen, window, k, decided, rel_b).reshape(r * nw, k)
     want = estimators._slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, window, 1.0, 64.0)
 
-    def w2(x, dtype=np.float64):
-        return np.ascontiguousarray(np.asarray(x)[:, :m].reshape(r * nw, window), dtype=dtype)
-
-    got = estimators._slot_router_opt_recorded(
-        np.ascontiguousarray(tok[:, :m].reshape(shape)), np.ascontiguousarray(blk[:, :m].reshape(shape)),
-        w2(chosen, np.int64), w2(add_t), w2(add_b), w2(decided), w2(rel_t), w2(rel_b), window, 1.0, 64.0,
-    )  # fmt: skip
-    np.testing.assert_array_equal(got, want)
+    rows = np.tile(np.arange(n), (r, 1))
+    ints = (np.asarray(x, dtype=np.int64) for x in (chosen, add_t, add_b))
+    opt, real = estimators._router_slot_sums(tok, blk, *ints, decided, rel_t, rel_b, rows, window, window, 1.0, 64.0)
+    np.testing.assert_array_equal(opt.reshape(-1), want)
+    # ACTUAL: the recorded router cost of each chosen worker, summed as _actual sums it
+    realized = estimators.router_cost(tok, blk, 64, 1.0)
+    np.testing.assert_array_equal(real.sum(axis=1), estimators._actual(realized, chosen, window))
     # and through the public entry point, which takes the compiled path here
     ph = poa_hat_from_candidates(
         tok, blk, chosen, added_tokens=add_t, added_blocks=add_b, window=window, decided_ms=decided,
         released_tokens_ms=rel_t, released_blocks_ms=rel_b,
     )  # fmt: skip
     np.testing.assert_array_equal(ph.opt, want.reshape(r, nw).sum(axis=1))
+
+
+@pytest.mark.parametrize("cost", ["router", "ttft"])
+def test_windows_in_a_given_decision_order_equal_the_arrays_taken_in_that_order(cost):
+    """order= (each replica's decisions as a permutation of its rows) gives the PoA-hat of the
+    arrays gathered into that order, to the bit: the compiled router path reads through it, the
+    generic path (here the ttft cost) gathers."""
+    rng = np.random.default_rng(11)
+    r, n, k, window = 4, 48, 3, 8
+    arrays = {
+        "cand_tokens": rng.integers(0, 20000, (r, n, k)).astype(np.float64),
+        "cand_blocks": rng.integers(0, 500, (r, n, k)).astype(np.float64),
+        "chosen": rng.integers(0, k, (r, n)).astype(np.int32),
+        "added_tokens": rng.integers(0, 4000, (r, n)).astype(np.int32),
+        "added_blocks": rng.integers(0, 70, (r, n)).astype(np.int32),
+        "isl": rng.integers(100, 4000, (r, n)).astype(np.int32),
+        "decided_ms": np.sort(rng.uniform(0, 100, (r, n)), axis=1),
+    }
+    arrays["released_tokens_ms"] = arrays["decided_ms"] + rng.exponential(5.0, (r, n))
+    arrays["released_blocks_ms"] = arrays["decided_ms"] + rng.exponential(20.0, (r, n))
+    order = np.argsort(rng.uniform(size=(r, n)), axis=1)
+    scrambled = {}
+    for name, x in arrays.items():  # row order[i] of the scrambled arrays holds decision i
+        y = np.empty_like(x)
+        np.put_along_axis(y, order if x.ndim == 2 else order[:, :, None], x, axis=1)
+        scrambled[name] = y
+    kw = dict(window=window, cost=cost, profile=THEORY if cost == "ttft" else None)
+    heads = ("cand_tokens", "cand_blocks", "chosen")
+    want_args, got_args = [arrays.pop(x) for x in heads], [scrambled.pop(x) for x in heads]
+    want = poa_hat_from_candidates(*want_args, **arrays, **kw)
+    got = poa_hat_from_candidates(*got_args, **scrambled, **kw, order=order)
+    assert want.windows == got.windows == n // window
+    np.testing.assert_array_equal(got.actual, want.actual)
+    np.testing.assert_array_equal(got.opt, want.opt)
+    assert np.all(got.opt <= got.actual)
 
 
 def test_t_quantiles_are_scipy_stats_own():
