@@ -32,5 +32,5 @@ setup(
         "aic": ["aiconfigurator-core>=0.12,<0.13"],
         "dev": ["pytest>=8", "ruff>=0.5", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],
     },
-    entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:main"]},
+    entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:entry"]},
 )

@@ -646,5 +646,30 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 
+def entry() -> None:
+    """The `poa-mc` console script: `main`, then out of the process as soon as its output is
+    flushed. The interpreter's teardown (freeing the loaded kernels' and the plotting modules'
+    objects one by one) took about 0.5 s after a run (bench/NOTES.md), and by then there is nothing
+    left to clean up: every file is written and closed and the thread pools are idle. An
+    unexpected error (POA_MC_DEBUG=1) still leaves through the interpreter, with its traceback."""
+    import logging
+
+    code: int | str | None = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away: nothing more can reach it
+            pass
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -61,6 +61,21 @@ def test_bad_grid_writes_nothing(tmp_path):
     assert invoke("run", "--grid", bad.parent / "small.toml", "--shard", "3/2").exit_code == 2
 
 
+def test_the_console_script_leaves_with_every_line_delivered_and_its_exit_code(tmp_path):
+    """`poa-mc` (cli.main:entry) leaves through os._exit once main returns: what it printed still
+    arrives whole through a pipe, and the exit code is main's (0; 2 for bad input)."""
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="console_scripts") if e.name == "poa-mc"] == ["poa_mc.cli.main:entry"]
+    r = subprocess.run([sys.executable, "-m", "poa_mc.cli.main", "presets"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == invoke("presets").output
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run]\nreplicas = 0\n")
+    r = subprocess.run([sys.executable, "-m", "poa_mc.cli.main", "validate", str(bad)], capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "run.replicas" in r.stderr
+
+
 def test_presets_list_and_show():
     r = invoke("presets")
     assert r.exit_code == 0 and "quickstart" in r.output and "dynamo-mocker" in r.output
