@@ -193,11 +193,11 @@ def main() -> int:
         return 0
     env = dict(os.environ, NUMBA_DEBUGINFO="1", NUMBA_CACHE_DIR=str(CACHE), NUMBA_NUM_THREADS="1")
     child_cmd = [sys.executable, __file__, "--child", "--seconds"]
-    if not glob.glob(str(CACHE / "*" / "*" / "cpu._run_*.nbc")):
-        # a process that compiles runs its own copy of the event loop, not the one the cache holds:
-        # compile in a process of its own, then profile one that loads the cache
-        print("compiling the profiling build (once, about two minutes)", file=sys.stderr)
-        subprocess.run([*child_cmd, "0"], input="go\n", text=True, env=env, check=True, stdout=subprocess.DEVNULL)
+    # a process that compiles runs its own copy of the event loop, not the one the cache holds:
+    # compile (or find the cache) in a process of its own, then profile one that loads the cache.
+    # Always: the cache folder may hold another source's build only (kernels/*.py changed)
+    print("compiling the profiling build if its cache lacks it (about two minutes)", file=sys.stderr)
+    subprocess.run([*child_cmd, "0"], input="go\n", text=True, env=env, check=True, stdout=subprocess.DEVNULL)
     proc = subprocess.Popen(
         [*child_cmd, str(args.seconds)],
         stdin=subprocess.PIPE,

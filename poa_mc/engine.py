@@ -608,10 +608,20 @@ def simulate(
     compile_s = 0.0
     wall = 0.0
     # a batch is reduced on a thread of its own while the next one simulates: the reduction's
-    # serial numpy stretches leave a core the kernels then use (bench/NOTES.md). One reduction at
-    # a time, in batch order, so at most two batches' arrays are alive and results are unchanged
+    # serial numpy stretches, and the copies of the kept samples, leave a core the kernels then use
+    # (bench/NOTES.md). One batch at a time, in batch order, so at most two batches' arrays are
+    # alive and results are unchanged
     reducer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poa-mc-reduce") if reduce else None
     reducing: Future | None = None
+
+    def keep_samples(cols: dict[str, np.ndarray], r0: int, nr: int) -> None:
+        for name, arr in cols.items():
+            (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
+
+    def keep_and_reduce(cols, rep_b, logs_b, r0: int, nr: int) -> dict[str, np.ndarray]:
+        keep_samples(cols, r0, nr)
+        return reduce(cols, rep_b, logs_b)
+
     try:
         for b in range(n_batches):
             r0 = b * batch
@@ -625,8 +635,8 @@ def simulate(
             cols = _batch_columns(out, ip, spec, record_candidates)
             rep_b = _batch_replica(out, ip)
             logs_b = _batch_logs(out, ip, n_log, n_moves)
-            for name, arr in cols.items():
-                (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
+            if reducer is None:
+                keep_samples(cols, r0, nr)
             for name, arr in rep_b.items():
                 rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
             for name, arr in logs_b.items():
@@ -634,7 +644,7 @@ def simulate(
             if reducer is not None:
                 if reducing is not None:
                     parts.append(reducing.result())
-                reducing = reducer.submit(reduce, cols, rep_b, logs_b)
+                reducing = reducer.submit(keep_and_reduce, cols, rep_b, logs_b, r0, nr)
             del out, cols
         if reducing is not None:
             parts.append(reducing.result())
