@@ -69,6 +69,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from poa_mc.kernels import layout as L
@@ -587,18 +588,26 @@ def simulate(
             "(results are the same as in one batch)",
             replicas, per_rep / 2**20, budget / 2**20, n_batches, batch,
         )  # fmt: skip
-    samples = {name: np.empty((replicas, kept), dtype=np.float64) for name in SAMPLE_FLOAT_FIELDS}
-    samples.update(
-        {name: np.empty((replicas, kept), dtype=np.int64 if name == "seq" else np.int32) for name in SAMPLE_INT_FIELDS}
+    # the kept samples: one block per dtype, a field per row (_scatter_fields fills them)
+    f_names = [*SAMPLE_FLOAT_FIELDS, *(["decode_decided_ms"] if record_candidates else [])]
+    f_src = np.array([*_OF, *([L.OF_DDEC] if record_candidates else [])], dtype=np.int64)
+    i_names = [n for n in SAMPLE_INT_FIELDS if n != "seq"] + (["chosen", *_ADDED] if record_candidates else [])
+    i_src = np.array(
+        [oi for n, oi in zip(SAMPLE_INT_FIELDS, _OI) if n != "seq"]
+        + ([L.OI_CHOSEN, *_ADDED.values()] if record_candidates else []),
+        dtype=np.int64,
     )
+    f_block = np.empty((len(f_names), replicas, kept))
+    i_block = np.empty((len(i_names), replicas, kept), dtype=np.int32)
+    by_name = {**dict(zip(f_names, f_block)), **dict(zip(i_names, i_block))}
+    by_name["seq"] = np.empty((replicas, kept), dtype=np.int64)
+    samples = {name: by_name[name] for name in (*SAMPLE_FLOAT_FIELDS, *SAMPLE_INT_FIELDS)}
     cands = {}
     if record_candidates:
         cands = {
             "cand_tokens": np.empty((replicas, kept, n_workers)),
             "cand_blocks": np.empty((replicas, kept, n_workers)),
-            "chosen": np.empty((replicas, kept), dtype=np.int32),
-            **{name: np.empty((replicas, kept), dtype=np.int32) for name in _ADDED},
-            "decode_decided_ms": np.empty((replicas, kept)),
+            **{name: by_name[name] for name in ("chosen", *_ADDED, "decode_decided_ms")},
         }
     rep: dict[str, np.ndarray] = {}
     n_log = int(ip[L.P_CTL_LOG])
@@ -614,12 +623,17 @@ def simulate(
     reducer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poa-mc-reduce") if reduce else None
     reducing: Future | None = None
 
-    def keep_samples(cols: dict[str, np.ndarray], r0: int, nr: int) -> None:
-        for name, arr in cols.items():
-            (cands if name in cands else samples)[name][r0 : r0 + nr] = arr[:, :kept]
+    def keep_samples(out: dict[str, np.ndarray], cols: dict[str, np.ndarray], r0: int) -> None:
+        if not kept:
+            return
+        _scatter_fields(out["out_f"], f_src, f_block, r0, kept)
+        _scatter_fields(out["out_i"], i_src, i_block, r0, kept)
+        samples["seq"][r0 : r0 + len(cols["seq"])] = cols["seq"][:, :kept]
+        for name in ("cand_tokens", "cand_blocks") if record_candidates else ():
+            cands[name][r0 : r0 + len(cols[name])] = cols[name][:, :kept]
 
-    def keep_and_reduce(cols, rep_b, logs_b, r0: int, nr: int) -> dict[str, np.ndarray]:
-        keep_samples(cols, r0, nr)
+    def keep_and_reduce(out, cols, rep_b, logs_b, r0: int) -> dict[str, np.ndarray]:
+        keep_samples(out, cols, r0)
         return reduce(cols, rep_b, logs_b)
 
     try:
@@ -636,7 +650,7 @@ def simulate(
             rep_b = _batch_replica(out, ip)
             logs_b = _batch_logs(out, ip, n_log, n_moves)
             if reducer is None:
-                keep_samples(cols, r0, nr)
+                keep_samples(out, cols, r0)
             for name, arr in rep_b.items():
                 rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
             for name, arr in logs_b.items():
@@ -644,7 +658,7 @@ def simulate(
             if reducer is not None:
                 if reducing is not None:
                     parts.append(reducing.result())
-                reducing = reducer.submit(keep_and_reduce, cols, rep_b, logs_b, r0, nr)
+                reducing = reducer.submit(keep_and_reduce, out, cols, rep_b, logs_b, r0)
             del out, cols
         if reducing is not None:
             parts.append(reducing.result())
@@ -703,6 +717,20 @@ def _batch_columns(out: dict[str, np.ndarray], ip: np.ndarray, spec: CellSpec, r
         cols.update({name: oi[:, :, j] for name, j in _ADDED.items()})
         cols["decode_decided_ms"] = of[:, :, L.OF_DDEC]
     return cols
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_fields(
+    src: np.ndarray, fields: np.ndarray, dst: np.ndarray, r0: int, kept: int
+) -> None:  # pragma: no cover
+    """dst[j, r0 + r, i] = src[r, i, fields[j]] for a batch's replicas r and their first `kept`
+    requests i: the kernels' request rows (a request's fields side by side) to one array per
+    field, each row read once. A numpy copy per field read the whole batch once per field, and
+    was most of the host's time with every sample kept (bench/NOTES.md)."""
+    for r in range(src.shape[0]):
+        for i in range(kept):
+            for j in range(fields.shape[0]):
+                dst[j, r0 + r, i] = src[r, i, fields[j]]
 
 
 def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:
