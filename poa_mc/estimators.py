@@ -664,19 +664,27 @@ Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
 @numba.njit(cache=True)
-def _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, buf, ws):  # pragma: no cover
-    """OPT of one window under slot pricing of Dynamo's router cost (router_cost, the same
-    arithmetic as the generic path): f (n, K), a and t (K,); buf (n, slots * K) and ws
-    (_workspace) the caller's buffers. NaN when a price is not finite (the caller then names the
-    window through the generic path)."""
+def _window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, buf, ws):  # pragma: no cover
+    """OPT of one window under slot pricing, with the generic path's arithmetic: f (n, K), a and t
+    (K,); buf (n, slots * K) and ws (_workspace) the caller's buffers. The price is Dynamo's
+    router cost (router_cost) when `step` is empty, else step[b], the predicted step of a worker
+    holding b blocks (predicted_step_ms tabulated over whole block counts: the decode_step and
+    observed_step flavours). NaN when a price is not finite or a block count not a whole number
+    inside the table (the caller then takes the generic path, which names the window)."""
     n, k = f_tok.shape
+    tabulated = step.size > 0
     ascend = True  # whether a worker's slots cost no less than the one before (_assign_min_in)
     for i in range(n):
         for j in range(slots):
             for kk in range(k):
-                tok = max(f_tok[i, kk] + max(j - t_tok[kk], 0.0) * a_tok[kk], 0.0)
                 blk = max(f_blk[i, kk] + max(j - t_blk[kk], 0.0) * a_blk[kk], 0.0)
-                c = omega * tok / block_size + blk
+                if tabulated:
+                    if not (blk < step.size and blk == np.floor(blk)):
+                        return np.nan
+                    c = step[np.int64(blk)]
+                else:
+                    tok = max(f_tok[i, kk] + max(j - t_tok[kk], 0.0) * a_tok[kk], 0.0)
+                    c = omega * tok / block_size + blk
                 if not np.isfinite(c):
                     return np.nan
                 if j > 0 and c < buf[i, (j - 1) * k + kk]:
@@ -701,36 +709,40 @@ def _slot_router_opt_in(  # pragma: no cover
     _, n, k = f_tok.shape
     a = np.empty((n, slots * k))
     ws = _workspace(n, slots * k)
+    no_table = np.empty(0)
     for w in range(lo, hi):
         prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
-        out[w] = _router_window_opt(*prices, slots, omega, block_size, a, ws)
+        out[w] = _window_opt(*prices, slots, omega, block_size, no_table, a, ws)
 
 
-def _router_slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size):
-    """PoA-hat of the default flavour (router cost, slot pricing, load frozen with decision and
-    release times) straight from the recorded arrays, in compiled code: tok, blk (R, N, K) (any
-    strides), chosen, add_*, dec, rel_* (R, N); order (R, N) the decisions in window order (each
-    replica's row a permutation of range(N)). Returns (OPT of each window (R, nw), the realized
-    router cost of each windowed decision (R, nw * window)). Each window's load before each
-    decision (_load_before), smallest loads (_min_added) and requests gone by its last decision
+def _slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen):
+    """PoA-hat under slot pricing with the load frozen by decision and release times, straight from
+    the recorded arrays, in compiled code: tok, blk (R, N, K) (any strides), chosen, add_*, dec,
+    rel_* (R, N); order (R, N) the decisions in window order (each replica's row a permutation of
+    range(N)). The price is the router cost, or with `step` (not empty) the tabulated step
+    (_window_opt); the realized cost of a decision is its price on the recorded view, or with
+    `seen` (R, N) (not empty) the observed one. Returns (OPT of each window (R, nw), the realized
+    cost of each windowed decision (R, nw * window)). Each window's load before each decision
+    (_load_before), smallest loads (_min_added) and requests gone by its last decision
     (_transient) are worked out window by window with the numpy functions' arithmetic (sums of
     whole numbers: exact in any order), so the numbers are those of the generic path to the bit;
     that path builds (W, n, n) and (W, n, K) temporaries and gathers every array into decision
-    order first (bench/RESULTS.md). An OPT is NaN where a price is not finite or a load negative
-    (the caller then takes the generic path, which names the window)."""
+    order first (bench/RESULTS.md). An OPT or realized cost is NaN where a price is not finite, a
+    load negative or a block count off the table (the caller then takes the generic path)."""
     r, n = chosen.shape
     nw = n // window
     opt, real = np.empty((r, nw)), np.empty((r, nw * window))
-    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, opt, real)
-    threads.over_ranges(_router_slot_sums_in, r, *args)
+    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen)
+    threads.over_ranges(_slot_sums_in, r, *args, opt, real)
     return opt, real
 
 
 @numba.njit(cache=True, nogil=True)
-def _router_slot_sums_in(  # pragma: no cover
-    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, opt, real
-):
-    """_router_slot_sums' replicas lo..hi-1 (buffers made once for them)."""
+def _slot_sums_in(  # pragma: no cover
+    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen,
+    opt, real,
+):  # fmt: skip
+    """_slot_sums' replicas lo..hi-1 (buffers made once for them)."""
     k = tok.shape[2]
     n = window
     w_tok, w_blk = np.empty((n, k)), np.empty((n, k))  # the window's recorded rows
@@ -742,19 +754,26 @@ def _router_slot_sums_in(  # pragma: no cover
     ws = _workspace(n, slots * k)
     for r in range(lo, hi):
         for wi in range(opt.shape[1]):
-            negative = False
+            bad = False  # a negative load, or a recorded block count off the step table
             for i in range(n):
                 e = order[r, wi * n + i]
                 c = chosen[r, e]
                 for kk in range(k):
                     w_tok[i, kk] = tok[r, e, kk]
                     w_blk[i, kk] = blk[r, e, kk]
-                real[r, wi * n + i] = omega * w_tok[i, c] / block_size + w_blk[i, c]  # router_cost
+                if seen.size > 0:
+                    real[r, wi * n + i] = seen[r, e]
+                elif step.size > 0:
+                    b = max(w_blk[i, c], 0.0)
+                    bad |= not (b < step.size and b == np.floor(b))
+                    real[r, wi * n + i] = step[np.int64(b)] if not bad else np.nan
+                else:
+                    real[r, wi * n + i] = omega * w_tok[i, c] / block_size + w_blk[i, c]  # router_cost
                 ch[i] = c
                 at[i], ab[i] = add_t[r, e], add_b[r, e]
                 dc[i], rt[i], rb[i] = dec[r, e], rel_t[r, e], rel_b[r, e]
-                negative |= at[i] < 0 or ab[i] < 0
-            if negative:
+                bad |= at[i] < 0 or ab[i] < 0
+            if bad:
                 opt[r, wi] = np.nan
                 continue
             for i in range(n):
@@ -790,7 +809,7 @@ def _router_slot_sums_in(  # pragma: no cover
                 if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
                     a_tok[kk] = least_t
                     a_blk[kk] = least_b
-            opt[r, wi] = _router_window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, a, ws)
+            opt[r, wi] = _window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, a, ws)
 
 
 def slot_priced_opt(
@@ -926,6 +945,30 @@ def _pricer(
     raise ValueError(f"unknown PoA-hat cost {cost!r}")
 
 
+def _step_table(
+    cost: str,
+    blocks: np.ndarray,
+    added: np.ndarray,
+    slots: int,
+    profile: ProfileSpec | None,
+    kv_blocks: int,
+    block_size: int,
+) -> np.ndarray | None:
+    """predicted_step_ms of 0, 1, 2, ... blocks, up to the most any slot of a window can price
+    (the largest recorded count plus slots - 1 of the largest load), for the step flavours
+    (decode_step, observed_step): their prices are a function of a whole number of blocks, so one
+    table per call replaces the step times of every slot of every window. None for the other
+    flavours, or when the counts are not finite or too many to tabulate."""
+    if cost not in ("decode_step", "observed_step") or not np.size(blocks):
+        return None
+    top = float(np.nanmax(blocks)) if np.isfinite(blocks).any() else math.nan
+    most = max(top, 0.0) + (slots - 1) * max(float(np.max(added)), 0.0) if np.size(added) else top
+    if not math.isfinite(most) or most >= 1 << 22:
+        return None
+    prof = profile or ProfileSpec()
+    return predicted_step_ms(np.arange(int(most) + 1, dtype=np.float64), prof, kv_blocks, block_size)
+
+
 def take_rows(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     """np.take_along_axis(x, order, axis=1) for x (R, N) or (R, N, K) and order (R, N), in
     parallel over replicas (numpy's gather was a third of PoA-hat's host time)."""
@@ -992,17 +1035,22 @@ def poa_hat_from_candidates(
         return PoaHat.undefined(r)
     times = (decided_ms, released_tokens_ms, released_blocks_ms)
     nw = n // window
+    slots_n = slots or window
+    step = _step_table(cost, cand_blocks, added_blocks, slots_n, profile, decode_kv_blocks, block_size)
     if (
-        pricing == "slot" and freeze and cost == "router" and nw and (slots or window) * k >= window
+        pricing == "slot" and freeze and (cost == "router" or step is not None) and nw and slots_n * k >= window
         and all(x is not None for x in times)
     ):  # fmt: skip
-        # the default flavour, in compiled code from the recorded arrays (the same numbers)
+        # the default flavour and the step ones, in compiled code from the recorded arrays (the
+        # same numbers)
         rows = np.ascontiguousarray(np.broadcast_to(np.arange(n), (r, n)) if order is None else order, dtype=np.int64)
-        opt, real = _router_slot_sums(
+        seen = np.ascontiguousarray(ttft_ms, dtype=np.float64) if cost == "observed_step" else np.empty((0, 0))
+        opt, real = _slot_sums(
             np.asarray(cand_tokens, dtype=np.float64), np.asarray(cand_blocks, dtype=np.float64),
             *(np.ascontiguousarray(x, dtype=np.int64) for x in (chosen, added_tokens, added_blocks)),
             *(np.ascontiguousarray(x, dtype=np.float64) for x in times),
-            rows, int(window), int(slots or window), float(overlap_weight), float(block_size),
+            rows, int(window), int(slots_n), float(overlap_weight), float(block_size),
+            np.empty(0) if step is None else step, seen,
         )  # fmt: skip
         if not np.isnan(opt).any():
             return PoaHat(real.sum(axis=1), opt.sum(axis=1), nw)

@@ -885,7 +885,8 @@ def test_the_compiled_router_path_equals_the_numpy_bookkeeping_to_the_bit(seed):
 
     rows = np.tile(np.arange(n), (r, 1))
     ints = (np.asarray(x, dtype=np.int64) for x in (chosen, add_t, add_b))
-    opt, real = estimators._router_slot_sums(tok, blk, *ints, decided, rel_t, rel_b, rows, window, window, 1.0, 64.0)
+    router = (np.empty(0), np.empty((0, 0)))  # no step table, no observed costs: the router cost
+    opt, real = estimators._slot_sums(tok, blk, *ints, decided, rel_t, rel_b, rows, window, window, 1.0, 64.0, *router)
     np.testing.assert_array_equal(opt.reshape(-1), want)
     # ACTUAL: the recorded router cost of each chosen worker, summed as _actual sums it
     realized = estimators.router_cost(tok, blk, 64, 1.0)
@@ -896,6 +897,47 @@ def test_the_compiled_router_path_equals_the_numpy_bookkeeping_to_the_bit(seed):
         released_tokens_ms=rel_t, released_blocks_ms=rel_b,
     )  # fmt: skip
     np.testing.assert_array_equal(ph.opt, want.reshape(r, nw).sum(axis=1))
+
+
+@pytest.mark.parametrize("cost", ["decode_step", "observed_step"])
+@pytest.mark.parametrize("profile", ["dynamo-mocker", "aic-b200-llama70b-fp8-tp4-vllm"])
+def test_the_step_flavours_compiled_from_a_table_equal_the_generic_path_to_the_bit(monkeypatch, cost, profile):
+    """The prefill_first decode decision's step flavours price whole block counts: compiled from a
+    table of predicted_step_ms (_step_table), they give the generic path's ACTUAL and OPT to the
+    bit, in a given decision order too; a count off the table falls back to the generic path."""
+    from poa_mc.profiles import resolve_profile
+
+    rng = np.random.default_rng(5)
+    r, n, k, window = 4, 64, 5, 8
+    blk = rng.integers(0, 3000, (r, n, k)).astype(np.float64)
+    kw = dict(
+        added_tokens=rng.integers(0, 4000, (r, n)).astype(np.int32),
+        added_blocks=rng.integers(0, 70, (r, n)).astype(np.int32),
+        window=window, cost=cost, profile=resolve_profile({"name": profile}), decode_kv_blocks=4096,
+        decided_ms=np.sort(rng.uniform(0, 100, (r, n)), axis=1), ttft_ms=rng.uniform(5.0, 50.0, (r, n)),
+        order=np.argsort(rng.uniform(size=(r, n)), axis=1),
+    )  # fmt: skip
+    kw["released_tokens_ms"] = kw["released_blocks_ms"] = kw["decided_ms"] + rng.exponential(20.0, (r, n))
+    tok, chosen = rng.uniform(0, 9000, (r, n, k)), rng.integers(0, k, (r, n))
+    assert estimators._step_table(cost, blk, kw["added_blocks"], window, kw["profile"], 4096, 64) is not None
+    calls = []
+    real_sums = estimators._slot_sums
+    monkeypatch.setattr(estimators, "_slot_sums", lambda *a: calls.append(1) or real_sums(*a))
+    got = poa_hat_from_candidates(tok, blk, chosen, **kw)
+    assert calls, "the compiled path was not taken"
+    monkeypatch.setattr(estimators, "_step_table", lambda *a: None)
+    want = poa_hat_from_candidates(tok, blk, chosen, **kw)
+    assert len(calls) == 1 and want.windows == got.windows == n // window
+    np.testing.assert_array_equal(got.actual, want.actual)
+    np.testing.assert_array_equal(got.opt, want.opt)
+    if cost == "decode_step":  # priced, not observed, realized costs: OPT <= ACTUAL by construction
+        assert np.all(got.opt <= got.actual)
+    monkeypatch.undo()
+    half = blk.copy()
+    half[0, 3, 1] += 0.5  # not a whole number of blocks: the generic path, the same numbers
+    fast = poa_hat_from_candidates(tok, half, chosen, **kw)
+    monkeypatch.setattr(estimators, "_step_table", lambda *a: None)
+    np.testing.assert_array_equal(fast.opt, poa_hat_from_candidates(tok, half, chosen, **kw).opt)
 
 
 @pytest.mark.parametrize("cost", ["router", "ttft"])
