@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from contextlib import contextmanager
 
 import llvmlite.binding as llvm
@@ -184,18 +184,18 @@ def run_batch(
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
-    pool = ThreadPoolExecutor(max_workers=n_threads)
+    pool = threads.pool("kernels", n_threads)
+    jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
     try:
-        jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
         pending = set(jobs)
         while pending:
             _, pending = wait(pending, timeout=0.05)
         for job in jobs:
             job.result()
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        for job in jobs:
+            job.cancel()  # the parts not started yet; the others run to their end
         raise
-    pool.shutdown(wait=True)
     return a, compile_s
 
 

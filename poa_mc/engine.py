@@ -66,12 +66,13 @@ import math
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numba
 import numpy as np
 
+from poa_mc import threads
 from poa_mc.kernels import layout as L
 from poa_mc.spec import REGIMES, CellSpec, Dist, ProfileSpec, SpecError
 
@@ -620,7 +621,7 @@ def simulate(
     # serial numpy stretches, and the copies of the kept samples, leave a core the kernels then use
     # (bench/NOTES.md). One batch at a time, in batch order, so at most two batches' arrays are
     # alive and results are unchanged
-    reducer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poa-mc-reduce") if reduce else None
+    reducer = threads.pool("reduce", 1) if reduce else None
     reducing: Future | None = None
 
     def keep_samples(out: dict[str, np.ndarray], cols: dict[str, np.ndarray], r0: int) -> None:
@@ -663,8 +664,8 @@ def simulate(
         if reducing is not None:
             parts.append(reducing.result())
     finally:
-        if reducer is not None:
-            reducer.shutdown(wait=False, cancel_futures=True)
+        if reducing is not None:
+            reducing.cancel()  # an error or Ctrl-C: a reduction not started yet is not wanted
     bad = np.flatnonzero(rep["status"] != 0)
     if bad.size:
         code = int(rep["status"][bad[0]])

@@ -17,8 +17,22 @@ from typing import Any
 
 import numba
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()  # the engine reduces a batch on a thread of its own
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()  # the engine reduces a batch on a thread of its own
+
+
+def pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process's pool called `name`, with at least `workers` threads, started once: a pool
+    per call started its threads for every batch, about 1 ms each on a busy machine, which was 3%
+    of a grid of 323 small cells (bench/NOTES.md). The kernels, the host's loops and the
+    engine's reducer each have their own, so that none waits behind another's jobs."""
+    with _pools_lock:
+        p = _pools.get(name)
+        if p is None or p._max_workers < workers:  # noqa: SLF001 - grow it
+            if p is not None:
+                p.shutdown(wait=False)  # its threads end after the jobs they hold
+            p = _pools[name] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"poa-mc-{name}")
+        return p
 
 
 def count(n: int) -> int:
@@ -34,17 +48,13 @@ def bounds(n: int, parts: int) -> list[int]:
 def over_ranges(fn: Callable[..., Any], n: int, *args: Any) -> None:
     """fn(lo, hi, *args) over contiguous parts of range(n), one per thread (the first on the
     calling thread); returns when all are done, raising the first error."""
-    global _pool
     threads = count(n)
     edges = bounds(n, threads)
     if threads == 1:
         fn(0, n, *args)
         return
-    with _pool_lock:
-        if _pool is None or _pool._max_workers < threads - 1:  # noqa: SLF001 - grow the shared pool
-            _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="poa-mc")
-        pool = _pool
-    jobs = [pool.submit(fn, edges[i], edges[i + 1], *args) for i in range(1, threads)]
+    host = pool("host", threads - 1)
+    jobs = [host.submit(fn, edges[i], edges[i + 1], *args) for i in range(1, threads)]
     try:
         fn(edges[0], edges[1], *args)
     finally:
