@@ -119,7 +119,7 @@ class SimResult:
     samples: dict[str, np.ndarray]
     candidates: dict[str, np.ndarray]
     replica: dict[str, np.ndarray]
-    wall_s: float  # in the kernels, compiling excluded; with `reduce`, beside the last batch's reduction
+    wall_s: float  # in the kernels, compiling excluded; with `reduce`, beside the previous batch's reduction
     compile_s: float
     backend: str
     device: str
