@@ -624,17 +624,17 @@ def simulate(
     reducer = threads.pool("reduce", 1) if reduce else None
     reducing: Future | None = None
 
-    def keep_samples(out: dict[str, np.ndarray], cols: dict[str, np.ndarray], r0: int) -> None:
+    def keep_samples(of: np.ndarray, oi: np.ndarray, cols: dict[str, np.ndarray], r0: int) -> None:
         if not kept:
             return
-        _scatter_fields(out["out_f"], f_src, f_block, r0, kept)
-        _scatter_fields(out["out_i"], i_src, i_block, r0, kept)
+        _scatter_fields(of, f_src, f_block, r0, kept)
+        _scatter_fields(oi, i_src, i_block, r0, kept)
         samples["seq"][r0 : r0 + len(cols["seq"])] = cols["seq"][:, :kept]
         for name in ("cand_tokens", "cand_blocks") if record_candidates else ():
             cands[name][r0 : r0 + len(cols[name])] = cols[name][:, :kept]
 
-    def keep_and_reduce(out, cols, rep_b, logs_b, r0: int) -> dict[str, np.ndarray]:
-        keep_samples(out, cols, r0)
+    def keep_and_reduce(of, oi, cols, rep_b, logs_b, r0: int) -> dict[str, np.ndarray]:
+        keep_samples(of, oi, cols, r0)
         return reduce(cols, rep_b, logs_b)
 
     try:
@@ -651,7 +651,7 @@ def simulate(
             rep_b = _batch_replica(out, ip)
             logs_b = _batch_logs(out, ip, n_log, n_moves)
             if reducer is None:
-                keep_samples(out, cols, r0)
+                keep_samples(out["out_f"], out["out_i"], cols, r0)
             for name, arr in rep_b.items():
                 rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
             for name, arr in logs_b.items():
@@ -659,7 +659,8 @@ def simulate(
             if reducer is not None:
                 if reducing is not None:
                     parts.append(reducing.result())
-                reducing = reducer.submit(keep_and_reduce, out, cols, rep_b, logs_b, r0)
+                # the outputs only: the batch's state arrays are let go now
+                reducing = reducer.submit(keep_and_reduce, out["out_f"], out["out_i"], cols, rep_b, logs_b, r0)
             del out, cols
         if reducing is not None:
             parts.append(reducing.result())
