@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import numpy as np
 import polars as pl
 
 import poa_mc
-from poa_mc import speed
+from poa_mc import speed, threads
 from poa_mc.config import GridConfig
 from poa_mc.console import RunConsole
 from poa_mc.engine import EngineError, pool_sizes
@@ -79,6 +80,7 @@ def resolve_backend(requested: str) -> str:
 
 
 _INLINE_VALUES = 64
+WRITE_BESIDE_BYTES = 64 << 20  # a cell whose kept samples are larger is written before the next starts
 
 
 def _compact(obj: Any) -> Any:
@@ -278,6 +280,24 @@ def run_grid(
     acc_key = acc_settings(poa_cfg, slo)
     width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
     timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
+
+    def commit(cell: Cell, res: Any, acc: dict, meta: dict, cost: float, simulated: float, cell_s: float) -> None:
+        """A cell's files (meta, samples, accumulators last: the commit point), then its line."""
+        frame = None
+        kept = next(iter(res.samples.values())).shape[1]
+        if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
+            frame = samples_frame(res.samples, res.candidates or None, width=width)
+        meta["samples"] = "all" if kept == r.requests and frame is not None else (kept if frame is not None else 0)
+        meta["acc_settings"] = acc_key
+        run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
+        report.ran.append(cell.cell_id)
+        console.cell_done(cell.label(), cost, simulated, cell_s)
+
+    # a cell's files are written on a thread of their own while the next cell simulates (a grid
+    # of small cells spent a fifth of its time writing them, bench/NOTES.md); one cell at a time,
+    # and only cells whose samples are small, so that memory and a Ctrl-C's wait stay small
+    writer = threads.pool("writer", 1)
+    writing: Future | None = None
     try:
         for cell in todo:
             t0 = time.perf_counter()
@@ -329,20 +349,23 @@ def run_grid(
                 "sim_rps": simulated / wall if wall > 0 else None,
                 "shard": list(shard) if shard else None,
             }
-            frame = None
-            kept = next(iter(res.samples.values())).shape[1]
-            if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
-                frame = samples_frame(res.samples, res.candidates or None, width=width)
-            meta["samples"] = "all" if kept == r.requests and frame is not None else (kept if frame is not None else 0)
-            meta["acc_settings"] = acc_key
-            run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
-            report.ran.append(cell.cell_id)
-            console.cell_done(cell.label(), costs[cell.cell_id], simulated, cell_s)
+            if writing is not None:
+                writing.result()  # one cell's files at a time, in cell order
+            job = (cell, res, acc, meta, costs[cell.cell_id], simulated, cell_s)
+            if sum(a.nbytes for a in (*res.samples.values(), *(res.candidates or {}).values())) <= WRITE_BESIDE_BYTES:
+                writing = writer.submit(commit, *job)  # while the next cell simulates
+            else:
+                writing = None
+                commit(*job)
+        if writing is not None:
+            writing.result()
     except KeyboardInterrupt:
+        _settle(writing)
         console.close()
         run_dir.remove_own_temporaries()
         raise Interrupted(out, len(report.ran) + len(report.skipped), len(selected)) from None
     finally:
+        _settle(writing)  # a failed cell: the one before it is kept whole
         console.close()
     if simulate is _ENGINE and timed_s > 0:
         speed.record(backend, timed_cost, timed_s)
@@ -374,6 +397,12 @@ def run_grid(
     elif report.complete == len(cells):
         run_dir.finalize_manifest()
     return report
+
+
+def _settle(writing: Future | None) -> None:
+    """Wait for a cell's files being written, whatever became of them (the caller is leaving)."""
+    if writing is not None:
+        wait([writing])
 
 
 def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:

@@ -1,0 +1,69 @@
+"""The runner's cell loop: a cell's files are written while the next cell simulates, in cell
+order, and a cell that fails keeps every cell before it whole."""
+
+import threading
+
+import pytest
+
+from poa_mc import runner
+from poa_mc.config import loads_grid
+from poa_mc.engine import EngineError
+from poa_mc.store import RunDir
+from tests import fake_engine
+from tests.grids_for_tests import SMALL
+
+
+def _recording_writes(monkeypatch) -> list[tuple[str, str]]:
+    writes: list[tuple[str, str]] = []
+    real = RunDir.write_cell
+
+    def write_cell(self, cell_id, *args, **kwargs):
+        real(self, cell_id, *args, **kwargs)
+        writes.append((cell_id, threading.current_thread().name))
+
+    monkeypatch.setattr(RunDir, "write_cell", write_cell)
+    return writes
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_cells_are_written_in_order_beside_the_next_cell_when_small(monkeypatch, tmp_path, beside):
+    if not beside:  # every cell's samples over the bound: written before the next starts
+        monkeypatch.setattr(runner, "WRITE_BESIDE_BYTES", 0)
+    writes = _recording_writes(monkeypatch)
+    grid = loads_grid(SMALL)
+    report = runner.run_grid(grid, out=tmp_path / "out", simulate=fake_engine.simulate, quiet=True)
+    order = [c.cell_id for c in grid.cells()]
+    assert [w[0] for w in writes] == order == report.ran
+    threads = {w[1] for w in writes}
+    assert threads == ({"poa-mc-writer_0"} if beside else {"MainThread"})
+    assert report.complete == len(order) and report.reduced
+    assert not list((tmp_path / "out").rglob("*.tmp"))
+
+
+def test_a_failed_cell_keeps_every_cell_before_it_whole(monkeypatch, tmp_path):
+    import time
+
+    real = RunDir.write_cell
+
+    def slow_write(self, *args, **kwargs):  # still writing when the next cell fails
+        time.sleep(0.3)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunDir, "write_cell", slow_write)
+    calls = []
+
+    def simulate(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise EngineError("the third cell fails")
+        return fake_engine.simulate(*args, **kwargs)
+
+    grid = loads_grid(SMALL)
+    out = tmp_path / "out"
+    with pytest.raises(runner.CellFailed, match="the third cell fails"):
+        runner.run_grid(grid, out=out, simulate=simulate, quiet=True)
+    first_two = {c.cell_id for c in grid.cells()[:2]}
+    run_dir = RunDir(out)
+    for cell_id in first_two:  # the second was being written while the third simulated
+        assert run_dir.acc_path(cell_id).is_file() and run_dir.sample_path(cell_id).is_file()
+    assert not list(out.rglob("*.tmp"))
