@@ -1036,11 +1036,13 @@ def poa_hat_from_candidates(
     times = (decided_ms, released_tokens_ms, released_blocks_ms)
     nw = n // window
     slots_n = slots or window
-    step = _step_table(cost, cand_blocks, added_blocks, slots_n, profile, decode_kv_blocks, block_size)
-    if (
-        pricing == "slot" and freeze and (cost == "router" or step is not None) and nw and slots_n * k >= window
-        and all(x is not None for x in times)
-    ):  # fmt: skip
+    compiled = pricing == "slot" and freeze and nw and slots_n * k >= window and all(x is not None for x in times)
+    step = (
+        _step_table(cost, cand_blocks, added_blocks, slots_n, profile, decode_kv_blocks, block_size)
+        if compiled
+        else None
+    )
+    if compiled and (cost == "router" or step is not None):
         # the default flavour and the step ones, in compiled code from the recorded arrays (the
         # same numbers)
         rows = np.ascontiguousarray(np.broadcast_to(np.arange(n), (r, n)) if order is None else order, dtype=np.int64)
