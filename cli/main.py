@@ -252,8 +252,8 @@ def run(
     samples keep), summary.parquet, poa.parquet and plots/. A run
     killed partway keeps its finished cells; run it again with --resume to do the rest.
     """
+    from poa_mc import figure_workers
     from poa_mc.grid import parse_shard
-    from poa_mc.runner import run_grid
 
     grid = load_grid_arg(grid_arg, overrides=collect_overrides(sets, shortcuts))
     _warn(grid)
@@ -265,9 +265,17 @@ def run(
             raise BadInput(f"--shard: {e}") from None
     say = (lambda *_: None) if quiet else click.echo
     t0 = time.perf_counter()
-    report = run_grid(
-        grid, out=out, backend=backend, shard=shard_t, resume=resume, quiet=quiet, log=lambda m: click.echo(m, err=True)
-    )
+    try:  # the figures' workers start before the engine's imports, and import as the run starts
+        starting = figure_workers.start(shard_t is None)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    with starting as workers:
+        from poa_mc.runner import run_grid
+
+        log = lambda m: click.echo(m, err=True)  # noqa: E731
+        report = run_grid(
+            grid, out=out, backend=backend, shard=shard_t, resume=resume, quiet=quiet, log=log, workers=workers
+        )
     dt = time.perf_counter() - t0
     done = f"ran {len(report.ran)} cell(s)"
     if report.skipped:

@@ -64,6 +64,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -498,12 +499,27 @@ def _available_memory() -> int:
     return 8 << 30
 
 
+# Device files an NVIDIA driver makes (WSL2's GPU: /dev/dxg). On Linux without any of them no CUDA
+# device can be opened, and importing numba.cuda to ask took 75-155 ms of every start of a run
+# with backend = "auto" (bench/NOTES.md).
+_CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def cuda_available() -> bool:
+    """True when a CUDA device can be used (poa_mc.kernels.cuda_available, which asks numba.cuda),
+    answered without numba.cuda on a Linux machine with no GPU device file (CUDA's simulator aside)."""
+    simulator = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    if sys.platform.startswith("linux") and not simulator and not any(map(os.path.exists, _CUDA_DEVICE_FILES)):
+        return False
+    from poa_mc.kernels import cuda_available as probe
+
+    return probe()
+
+
 def resolve_backend(backend: str) -> str:
     if backend not in ("auto", "cpu", "cuda"):
         raise SpecError("run.backend", f"must be auto, cpu or cuda, got {backend!r}")
     if backend == "auto":
-        from poa_mc.kernels import cuda_available
-
         return "cuda" if cuda_available() else "cpu"
     return backend
 

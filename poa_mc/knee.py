@@ -87,7 +87,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.ndimage import median_filter
 
 BELOW = "below"
 TRANSITION = "transition"
@@ -184,7 +183,16 @@ def fit_hinge(
 
 def _robust_floor(x: np.ndarray, ybar: np.ndarray, k: float) -> float:
     """Minimum, over the load points below k, of the 3-point running median of the mean curve."""
-    return float(median_filter(ybar[x < k], size=3, mode="nearest").min())
+    return float(running_median3(ybar[x < k]).min())
+
+
+def running_median3(y: np.ndarray) -> np.ndarray:
+    """3-point running median, each end's point repeated beyond it (scipy.ndimage.median_filter
+    with size=3, mode="nearest", which is what this replaces: importing scipy.ndimage took 150 ms
+    of every run's summarising for a few load points, bench/NOTES.md)."""
+    p = np.concatenate([y[:1], y, y[-1:]])
+    a, b, c = p[:-2], p[1:-1], p[2:]
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
 def _regimes(x: np.ndarray, ybar: np.ndarray, k: float, floor: float, below_tol: float, sat_frac: float) -> list[str]:

@@ -11,6 +11,9 @@ The CDFs read the per-request samples; a run without samples gets the other four
 95% across replicas; a run with one replica has none, and its figures say so instead of drawing
 bands of NaN.
 
+`plot_run` draws every figure a run has (`figure_names`), each by `draw_figure` from the run's
+files: in this process, or in the worker processes `poa-mc run` starts (poa_mc.figure_workers).
+
 matplotlib is imported inside the functions (`import poa_mc.plots` stays cheap for the CLI), and
 figures are built as `matplotlib.figure.Figure` objects, never through pyplot: no global figure
 state to leak, and no backend switch in a user's notebook that imports this module.
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.axis import Axis
     from matplotlib.figure import Figure
+
+    from poa_mc.figure_workers import FigureWorkers
 
 _DPI = 110
 _PANEL = (5.2, 3.9)  # inches per panel of the per-topology figures
@@ -895,40 +900,73 @@ def planner_figure(moves: pl.DataFrame, game: pl.DataFrame | None, shown: int = 
     return fig
 
 
-def plot_run(root: str | Path) -> list[Path]:
-    """Draw every figure of a reduced run into DIR/plots/; returns the paths written."""
+_GAME_FIGURES = {
+    "pd_game.png": "pd_game_path",
+    "planner.png": "planner_moves_path",
+    "cache_game.png": "cache_game_path",
+}
+
+
+def figure_names(root: str | Path) -> list[str]:
+    """The figures of the reduced run in DIR, by file name, in the order plot_run lists them."""
     run_dir = RunDir(root)
+    names = []
+    if _height(run_dir.poa_path):
+        names += ["poa_vs_load.png", "poa_heatmap.png"]
+    if _height(run_dir.summary_path):
+        names += ["ttft_p99.png", "pareto.png"]
+    names += [name for name, attr in _GAME_FIGURES.items() if _height(getattr(run_dir, attr))]
+    if _samples_and_cells(run_dir.root) is not None:
+        names += [name for name, _ in _CDF_METRICS.values()]
+    return names
+
+
+def _height(path: Path) -> int:
+    return pl.scan_parquet(path).select(pl.len()).collect().item() if path.exists() else 0
+
+
+def draw_figure(root: str | Path, name: str) -> Path | None:
+    """Draw one of figure_names(DIR) into DIR/plots/ from the run's files; its path, or None where
+    there is nothing to draw (a CDF of a run whose samples hold no requests)."""
+    run_dir = RunDir(root)
+    path = run_dir.plots_dir / name
+    run_dir.plots_dir.mkdir(parents=True, exist_ok=True)
+    if name in _GAME_FIGURES:
+        game = pl.read_parquet(run_dir.pd_game_path) if run_dir.pd_game_path.exists() else None
+        if name == "planner.png":
+            return _save(planner_figure(pl.read_parquet(run_dir.planner_moves_path), game), path)
+        if name == "pd_game.png":
+            return _save(pd_game_figure(game), path)
+        return _save(cache_game_figure(pl.read_parquet(run_dir.cache_game_path)), path)
     summary = pl.read_parquet(run_dir.summary_path)
     poa = pl.read_parquet(run_dir.poa_path)
-    run_dir.plots_dir.mkdir(parents=True, exist_ok=True)
-    replicas = _replicas(summary)
     selfish = poa["selfish_policy"][0] if poa.height and "selfish_policy" in poa.columns else None
-    out = []
-    if poa.height:
-        out.append(plot_poa_vs_load(poa, run_dir.plots_dir / "poa_vs_load.png", replicas=replicas))
-        out.append(plot_poa_heatmap(poa, run_dir.plots_dir / "poa_heatmap.png", replicas=replicas))
-    if summary.height:
-        out.append(plot_ttft_p99(summary, run_dir.plots_dir / "ttft_p99.png", selfish=selfish))
-        out.append(plot_pareto(summary, run_dir.plots_dir / "pareto.png", selfish=selfish))
-    if run_dir.pd_game_path.exists():
-        game = pl.read_parquet(run_dir.pd_game_path)
-        if game.height:
-            out.append(_save(pd_game_figure(game), run_dir.plots_dir / "pd_game.png"))
-    if run_dir.planner_moves_path.exists():
-        moves = pl.read_parquet(run_dir.planner_moves_path)
-        game = pl.read_parquet(run_dir.pd_game_path) if run_dir.pd_game_path.exists() else None
-        if moves.height:
-            out.append(_save(planner_figure(moves, game), run_dir.plots_dir / "planner.png"))
-    if run_dir.cache_game_path.exists():
-        game = pl.read_parquet(run_dir.cache_game_path)
-        if game.height:
-            out.append(_save(cache_game_figure(game), run_dir.plots_dir / "cache_game.png"))
+    if name == "poa_vs_load.png":
+        return plot_poa_vs_load(poa, path, replicas=_replicas(summary))
+    if name == "poa_heatmap.png":
+        return plot_poa_heatmap(poa, path, replicas=_replicas(summary))
+    if name == "ttft_p99.png":
+        return plot_ttft_p99(summary, path, selfish=selfish)
+    if name == "pareto.png":
+        return plot_pareto(summary, path, selfish=selfish)
+    metric = next((m for m, (file, _) in _CDF_METRICS.items() if file == name), None)
+    if metric is None:
+        raise ValueError(f"no figure called {name!r} (one of {figure_names(root)})")
     found = _samples_and_cells(run_dir.root)
-    if found is not None:
-        samples, cells, manifest = found
-        cap = _cdf_replica_cap(manifest.get("grid", {}).get("run", {}))
-        for metric, (name, _) in _CDF_METRICS.items():
-            fig = latency_cdf_figure(samples, cells, metric, selfish=selfish, max_replicas=cap)
-            if fig is not None:
-                out.append(_save(fig, run_dir.plots_dir / name))
-    return out
+    if found is None:
+        return None
+    samples, cells, manifest = found
+    cap = _cdf_replica_cap(manifest.get("grid", {}).get("run", {}))
+    fig = latency_cdf_figure(samples, cells, metric, selfish=selfish, max_replicas=cap)
+    return None if fig is None else _save(fig, path)
+
+
+def plot_run(root: str | Path, workers: FigureWorkers | None = None) -> list[Path]:
+    """Draw every figure of a reduced run into DIR/plots/; returns the paths written. With
+    `workers` (poa_mc.figure_workers), the figures are drawn in their processes, in parallel."""
+    names = figure_names(root)
+    if workers is not None and workers.count:
+        paths = workers.draw(root, names)
+    else:
+        paths = [draw_figure(root, name) for name in names]
+    return [p for p in paths if p is not None]

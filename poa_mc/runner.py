@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -29,6 +29,9 @@ from poa_mc.console import RunConsole
 from poa_mc.engine import EngineError, pool_sizes
 from poa_mc.grid import Cell, assign_shards, check_memory, estimate_cost
 from poa_mc.store import RunDir, fingerprint, git_commit, samples_frame
+
+if TYPE_CHECKING:
+    from poa_mc.figure_workers import FigureWorkers
 
 Simulate = Callable[..., Any]
 
@@ -186,7 +189,7 @@ def check_out_dir(out: Path) -> None:
 
 def check_backend(backend: str) -> None:
     if backend == "cuda":
-        from poa_mc.kernels import cuda_available
+        from poa_mc.engine import cuda_available
 
         if not cuda_available():
             raise EnvironmentFault(
@@ -229,8 +232,11 @@ def run_grid(
     simulate: Simulate | None = None,
     finish: bool = True,
     log: Callable[[str], None] | None = None,
+    workers: FigureWorkers | None = None,
 ) -> RunReport:
-    """Run the cells of `grid` (of one shard) into `out`; reduce and plot when all are present.
+    """Run the cells of `grid` (of one shard) into `out`; reduce and plot when all are present,
+    the figures on `workers` when given (poa_mc.figure_workers: the command line starts them as
+    it starts), else in this process.
 
     Raises ConfigError (bad grid) or RunDirError (directory of another run) before anything is
     written, so a refused run leaves no trace.
@@ -387,7 +393,7 @@ def run_grid(
             from poa_mc.plots import plot_run
 
             console.note("drawing plots")
-            report.plots = plot_run(out)
+            report.plots = plot_run(out, workers)
         except KeyboardInterrupt:
             run_dir.remove_own_temporaries()
             raise Interrupted(out, report.complete, len(cells)) from None

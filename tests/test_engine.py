@@ -459,3 +459,30 @@ def test_the_lean_build_gives_the_full_builds_results(monkeypatch):
         for group in ("samples", "candidates", "replica"):
             for k, v in getattr(a, group).items():
                 assert np.array_equal(v, getattr(b, group)[k], equal_nan=True), (spec.cluster.flow, group, k)
+
+
+def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkeypatch):
+    """Without an NVIDIA device file (Linux) `auto` is the CPU without importing numba.cuda (75-155
+    ms of a run's start); where one exists, or under CUDA's simulator, numba.cuda is asked."""
+    code = "import sys; from poa_mc.engine import resolve_backend as r; print(r('auto'), 'numba.cuda' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    if sys.platform.startswith("linux") and not any(
+        map(os.path.exists, ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"))
+    ):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.split() == ["cpu", "False"]
+    import poa_mc.kernels as kernels
+
+    from poa_mc import engine
+
+    asked = []
+    monkeypatch.setattr(kernels, "cuda_available", lambda: asked.append(1) or True)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.setattr(os.path, "exists", lambda p: p == "/dev/nvidiactl")
+    assert engine.resolve_backend("auto") == "cuda" and asked == [1]
+    monkeypatch.setattr(os.path, "exists", lambda p: False)
+    assert engine.cuda_available() is (not sys.platform.startswith("linux")) and len(asked) == 1 + (
+        not sys.platform.startswith("linux")
+    )
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert engine.cuda_available() is True
