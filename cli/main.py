@@ -252,7 +252,6 @@ def run(
     samples keep), summary.parquet, poa.parquet and plots/. A run
     killed partway keeps its finished cells; run it again with --resume to do the rest.
     """
-    from poa_mc import figure_workers
     from poa_mc.grid import parse_shard
 
     grid = load_grid_arg(grid_arg, overrides=collect_overrides(sets, shortcuts))
@@ -265,11 +264,8 @@ def run(
             raise BadInput(f"--shard: {e}") from None
     say = (lambda *_: None) if quiet else click.echo
     t0 = time.perf_counter()
-    try:  # the figures' workers start before the engine's imports, and import as the run starts
-        starting = figure_workers.start(shard_t is None)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-    with starting as workers:
+    # the figures' workers start before the engine's imports, and import as the run starts
+    with _figure_workers(shard_t is None) as workers:
         from poa_mc.runner import run_grid
 
         log = lambda m: click.echo(m, err=True)  # noqa: E731
@@ -460,14 +456,25 @@ def reduce(
     }  # fmt: skip
     if overrides:
         _check_stage_and_slots(run_dir, overrides)
-    summary, poa = reduce_run(run_dir, allow_partial=allow_partial, overrides=overrides)
-    click.echo(f"summary: {run_dir / 'summary.parquet'} ({summary.height} cells)")
-    click.echo(f"poa:     {run_dir / 'poa.parquet'} ({poa.height} topology x load points)")
-    if plot and poa.height:
-        from poa_mc.plots import plot_run
+    with _figure_workers(plot) as workers:  # they import matplotlib while the reduce runs
+        summary, poa = reduce_run(run_dir, allow_partial=allow_partial, overrides=overrides)
+        click.echo(f"summary: {run_dir / 'summary.parquet'} ({summary.height} cells)")
+        click.echo(f"poa:     {run_dir / 'poa.parquet'} ({poa.height} topology x load points)")
+        if plot and poa.height:
+            from poa_mc.plots import plot_run
 
-        paths = plot_run(run_dir)
-        click.echo(f"plots:   {run_dir / 'plots'}/ ({', '.join(p.name for p in paths)})")
+            paths = plot_run(run_dir, workers)
+            click.echo(f"plots:   {run_dir / 'plots'}/ ({', '.join(p.name for p in paths)})")
+
+
+def _figure_workers(plotting: bool = True) -> Any:
+    """figure_workers.start, a bad POA_MC_FIGURE_WORKERS said as bad input."""
+    from poa_mc import figure_workers
+
+    try:
+        return figure_workers.start(plotting)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
 
 def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
@@ -503,7 +510,8 @@ def plot(run_dir: Path) -> None:
     RunDir(run_dir).read_manifest()  # a damaged run directory is said before any figure is redrawn
     if not (run_dir / "summary.parquet").exists():
         raise BadInput(f"{run_dir}: no summary.parquet; run `poa-mc reduce {run_dir}` first")
-    paths = plot_run(run_dir)
+    with _figure_workers() as workers:  # two figures at a time (docs/outputs.md)
+        paths = plot_run(run_dir, workers)
     for p in paths:
         click.echo(str(p))
 

@@ -61,6 +61,23 @@ def test_bad_grid_writes_nothing(tmp_path):
     assert invoke("run", "--grid", bad.parent / "small.toml", "--shard", "3/2").exit_code == 2
 
 
+def test_a_bad_figure_worker_count_is_bad_input_and_writes_nothing(grid_file, tmp_path, monkeypatch, fake):
+    out = tmp_path / "out"
+    monkeypatch.setenv("POA_MC_FIGURE_WORKERS", "two")
+    r = invoke("run", "--grid", grid_file, "--out", out, "-q")
+    assert r.exit_code == 2 and "POA_MC_FIGURE_WORKERS='two'" in r.output, r.output
+    assert not out.exists()
+    monkeypatch.setenv("POA_MC_FIGURE_WORKERS", "0")  # none: the figures are drawn in-process
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    pngs = {p.name: p.stat().st_mtime_ns for p in (out / "plots").glob("*.png")}
+    assert pngs
+    monkeypatch.setenv("POA_MC_FIGURE_WORKERS", "-1")
+    for args in (["plot", out], ["reduce", out]):
+        r = invoke(*args)
+        assert r.exit_code == 2 and "POA_MC_FIGURE_WORKERS='-1'" in r.output, r.output
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "plots").glob("*.png")} == pngs
+
+
 def test_the_console_script_leaves_with_every_line_delivered_and_its_exit_code(tmp_path):
     """`poa-mc` (cli.main:entry) leaves through os._exit once main returns: what it printed still
     arrives whole through a pipe, and the exit code is main's (0; 2 for bad input)."""
