@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -200,6 +201,8 @@ def _warm() -> None:
 def serve() -> int:
     """A worker: draw the figures asked on stdin until it closes (module docstring). Exits 1,
     silently, where drawing cannot even start (the run then draws in-process, and says why)."""
+    if hasattr(signal, "SIGTTOU"):  # a background group writing a warning to a `stty tostop` terminal would stop
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     # the replies get the pipe; whatever else writes to stdout, Python or C, goes to stderr
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
