@@ -39,7 +39,12 @@ WORKERS = 2  # drawing two at a time; more were not measured (bench/NOTES.md)
 _ENV = "POA_MC_FIGURE_WORKERS"
 # A process group of its own keeps a Ctrl-C at the terminal from the workers; process_group is
 # Python 3.11's (3.10 gets a session of its own, where nice 19 yields less: module docstring).
-_OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+if os.name != "posix":
+    _OWN_GROUP: dict = {}
+elif sys.version_info >= (3, 11):
+    _OWN_GROUP = {"process_group": 0}
+else:
+    _OWN_GROUP = {"start_new_session": True}
 
 
 def start(plotting: bool = True) -> AbstractContextManager:
