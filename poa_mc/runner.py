@@ -285,10 +285,23 @@ def run_grid(
     poa_cfg, slo = manifest["grid"]["poa"], manifest["grid"].get("slo", {})
     acc_key = acc_settings(poa_cfg, slo)
     width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
-    timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
 
-    def commit(cell: Cell, res: Any, acc: dict, meta: dict, cost: float, simulated: float, cell_s: float) -> None:
-        """A cell's files (meta, samples, accumulators last: the commit point), then its line."""
+    timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
+    last_end = 0.0  # when the cell before this one had its accumulators
+
+    def commit(cell: Cell, res: Any, meta: dict, cost: float, simulated: float, t0: float) -> None:
+        """A cell's accumulators (waiting for a reduction still running beside the next cell), then
+        its files (meta, samples, accumulators last: the commit point), then its line."""
+        nonlocal timed_cost, timed_s, last_end
+        acc = res.reduced()
+        # the cell's share of the run: from its start (or the previous cell's end, when it overlapped
+        # that cell's last reduction) to its accumulators, compilation excluded
+        end = res.reduced_at or time.perf_counter()
+        cell_s = end - max(t0, last_end) - float(getattr(res, "compile_s", 0.0))
+        last_end = end
+        meta["cell_s"] = cell_s
+        if cost >= speed.MIN_TIMED_COST:
+            timed_cost, timed_s = timed_cost + cost, timed_s + cell_s
         frame = None
         kept = next(iter(res.samples.values())).shape[1]
         if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
@@ -304,6 +317,8 @@ def run_grid(
     # and only cells whose samples are small, so that memory and a Ctrl-C's wait stay small
     writer = threads.pool("writer", 1)
     writing: Future | None = None
+    pending: Future | None = None  # the previous cell's last reduction, maybe still running
+    streaming = _streams(simulate)
     try:
         for cell in todo:
             t0 = time.perf_counter()
@@ -313,7 +328,8 @@ def run_grid(
                 def reduce_batch(cols, rep, logs, spec_d=spec_d):
                     return accumulate(cols, rep, spec_d, poa_cfg, slo, logs)
 
-                streams = {"keep": keep, "reduce": reduce_batch} if _streams(simulate) else {}
+                # the cell's last batch is reduced while the next cell simulates (bench/NOTES.md)
+                streams = {"keep": keep, "reduce": reduce_batch, "overlap": True, "after": pending} if streaming else {}
                 res = simulate(
                     cell.spec,
                     replicas=r.replicas,
@@ -325,16 +341,14 @@ def run_grid(
                     record_candidates=True,
                     **streams,
                 )
-                acc = getattr(res, "acc", None) or accumulate(
-                    {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
-                )
+                pending = getattr(res, "pending", None)
+                if not hasattr(res, "reduced"):  # a stand-in engine: reduced from its whole result
+                    res = _Reduced(res, getattr(res, "acc", None) or accumulate(
+                        {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
+                    ))  # fmt: skip
             except EngineError as e:
                 raise CellFailed(_failed_cell(grid, cell, e)) from None
-            # the engine and the accumulators (what the user waits for), compilation excluded
-            cell_s = time.perf_counter() - t0 - float(getattr(res, "compile_s", 0.0))
-            wall = float(getattr(res, "wall_s", cell_s))
-            if costs[cell.cell_id] >= speed.MIN_TIMED_COST:
-                timed_cost, timed_s = timed_cost + costs[cell.cell_id], timed_s + cell_s
+            wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
             simulated = (
                 float(np.sum(res.replica["simulated"]))
                 if "simulated" in res.replica
@@ -347,7 +361,7 @@ def run_grid(
                 "poa_mc_version": manifest.get("poa_mc_version"),
                 "label": cell.label(),
                 "wall_s": wall,
-                "cell_s": cell_s,
+                "cell_s": None,  # commit's
                 "compile_s": float(getattr(res, "compile_s", 0.0)),
                 "backend": str(getattr(res, "backend", backend)),
                 "device": str(getattr(res, "device", "")),
@@ -357,7 +371,7 @@ def run_grid(
             }
             if writing is not None:
                 writing.result()  # one cell's files at a time, in cell order
-            job = (cell, res, acc, meta, costs[cell.cell_id], simulated, cell_s)
+            job = (cell, res, meta, costs[cell.cell_id], simulated, t0)
             if sum(a.nbytes for a in (*res.samples.values(), *(res.candidates or {}).values())) <= WRITE_BESIDE_BYTES:
                 writing = writer.submit(commit, *job)  # while the next cell simulates
             else:
@@ -403,6 +417,20 @@ def run_grid(
     elif report.complete == len(cells):
         run_dir.finalize_manifest()
     return report
+
+
+class _Reduced:
+    """A stand-in engine's result with its accumulators, as the engine's SimResult gives them."""
+
+    def __init__(self, res: Any, acc: dict) -> None:
+        self._res, self._acc = res, acc
+        self.reduced_at = time.perf_counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._res, name)
+
+    def reduced(self) -> dict:
+        return self._acc
 
 
 def _settle(writing: Future | None) -> None:

@@ -128,6 +128,55 @@ def test_batches_reduce_one_at_a_time_in_order_beside_the_next_and_errors_surfac
         simulate(spec, **RUN, keep=0, reduce=failing)
 
 
+def test_overlap_leaves_the_last_reduction_running(monkeypatch):
+    """overlap=True returns with the last batch's reduction still running (reduced() waits for it
+    and raises its error), and a later call's first reduction starts only after `after` ended."""
+    import threading
+
+    from poa_mc import engine
+
+    spec = cell("prefill_first", n_p=1, n_d=2)
+    whole = simulate(spec, **RUN)
+    monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 1)  # one replica per batch
+    gate, order = threading.Event(), []
+
+    def held(cols, rep, logs):  # the first call's reductions: the last one waits for the gate
+        if len(order) == RUN["replicas"] - 1:
+            assert gate.wait(10)
+        order.append("first")
+        return {"ttft": cols["ttft_ms"].copy()}
+
+    first = simulate(spec, **RUN, keep=RUN["requests"], reduce=held, overlap=True)
+    assert first.pending is not None and not first.pending.done() and first.acc == {}
+    assert first.reduced_at is None
+
+    def second_reduce(cols, rep, logs):
+        order.append("second")
+        return {"ttft": cols["ttft_ms"].copy()}
+
+    # the second call simulates its replicas while the first's last reduction waits, and
+    # submits its own first reduction only once that one has ended
+    threading.Timer(0.3, gate.set).start()
+    second = simulate(spec, **RUN, keep=0, reduce=second_reduce, overlap=True, after=first.pending)
+    np.testing.assert_array_equal(first.reduced()["ttft"], whole.samples["ttft_ms"])
+    np.testing.assert_array_equal(second.reduced()["ttft"], whole.samples["ttft_ms"])
+    assert order == ["first"] * RUN["replicas"] + ["second"] * RUN["replicas"]
+    assert first.reduced_at is not None and first.reduced_at <= second.reduced_at
+    # the kept samples are filled by the reductions: complete once reduced() returned
+    for name, arr in whole.samples.items():
+        np.testing.assert_array_equal(first.samples[name], arr)
+
+    def failing(cols, rep, logs, calls=[]):  # noqa: B006 - counts the calls
+        calls.append(1)
+        if len(calls) == RUN["replicas"]:
+            raise ValueError("the last reduction failed")
+        return {"n": np.zeros(len(rep["status"]))}
+
+    res = simulate(spec, **RUN, keep=0, reduce=failing, overlap=True)  # its caller learns of it late
+    with pytest.raises(ValueError, match="the last reduction failed"):
+        res.reduced()
+
+
 def test_common_random_numbers_across_policies():
     # open loop: request n of a replica is the same request whatever the policy
     kw = dict(arrival="poisson", rate_rps=20.0, concurrency=1)

@@ -67,3 +67,62 @@ def test_a_failed_cell_keeps_every_cell_before_it_whole(monkeypatch, tmp_path):
     for cell_id in first_two:  # the second was being written while the third simulated
         assert run_dir.acc_path(cell_id).is_file() and run_dir.sample_path(cell_id).is_file()
     assert not list(out.rglob("*.tmp"))
+
+
+def _engine_with(**forced):
+    """The engine as a stand-in whose keyword arguments `forced` replaces (and records the calls)."""
+    from poa_mc import engine
+
+    calls = []
+
+    def simulate(*args, reduce=None, overlap=False, after=None, **kwargs):
+        calls.append({"overlap": overlap, "after": after})
+        kw = {"overlap": overlap, "after": after, **forced}
+        return engine.simulate(*args, reduce=reduce, **kw, **kwargs)
+
+    return simulate, calls
+
+
+def test_a_cells_last_reduction_runs_beside_the_next_cell(tmp_path):
+    """Each cell leaves its last reduction running and the next cell waits for it before its own
+    first: the files are those of cells reduced one after the other."""
+    import polars as pl
+
+    grid = loads_grid(SMALL)
+    overlapped, calls = _engine_with()
+    runner.run_grid(grid, out=tmp_path / "a", simulate=overlapped, quiet=True)
+    assert all(c["overlap"] for c in calls) and calls[0]["after"] is None
+    assert all(c["after"] is not None for c in calls[1:])
+    serial, _ = _engine_with(overlap=False, after=None)
+    runner.run_grid(grid, out=tmp_path / "b", simulate=serial, quiet=True)
+    a, b = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
+    for c in grid.cells():
+        assert pl.read_parquet(a.acc_path(c.cell_id)).equals(pl.read_parquet(b.acc_path(c.cell_id)))
+        assert pl.read_parquet(a.sample_path(c.cell_id)).equals(pl.read_parquet(b.sample_path(c.cell_id)))
+        assert a.read_meta(c.cell_id)["cell_s"] > 0
+    assert pl.read_parquet(a.summary_path).equals(pl.read_parquet(b.summary_path))
+
+
+def test_a_failed_reduction_fails_the_run_and_keeps_the_cells_before_it(monkeypatch, tmp_path):
+    """A cell whose last reduction fails (while the next cell simulates) is not written; the cells
+    before it are whole, and the run stops with that error."""
+    from poa_mc import accumulate
+
+    real, calls = accumulate.accumulate, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the second cell's reduction fails")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(accumulate, "accumulate", failing)
+    grid = loads_grid(SMALL)
+    overlapped, _ = _engine_with()
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="the second cell's reduction fails"):
+        runner.run_grid(grid, out=out, simulate=overlapped, quiet=True)
+    cells = [c.cell_id for c in grid.cells()]
+    run_dir = RunDir(out)
+    assert run_dir.acc_path(cells[0]).is_file() and not run_dir.acc_path(cells[1]).exists()
+    assert not list(out.rglob("*.tmp"))
