@@ -244,13 +244,16 @@ def reduce_run(
     allow_partial: bool = False,
     overrides: dict[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    stats: dict[str, CellStats] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rebuild summary.parquet and poa.parquet from the accumulators of a run directory.
 
     `overrides` replaces [poa] keys (window, slots, cost, social_cost, overlap_weight, freeze)
     for this reduction. Raises IncompleteRunError when cells are missing (unless allow_partial:
     then only complete cells, and only points whose policies are all complete, are reported).
-    `progress(done, total)`, when given, is called as each cell has been summarised.
+    `progress(done, total)`, when given, is called as each cell has been summarised. `stats`:
+    cell_stats of cells whose accumulators the caller has just written with the run's settings
+    (poa_mc.runner), taken instead of reading them back (ignored with overrides).
     """
     run_dir = RunDir(root)
     manifest = run_dir.read_manifest()
@@ -292,11 +295,13 @@ def reduce_run(
             f"(or `poa-mc run --resume`), or reduce with --allow-partial"
         )
 
-    stats: dict[str, CellStats] = {}
+    given = {} if overrides or stats is None else stats
+    stats = {}
     todo = [c for c in cells.sort("index").iter_rows(named=True) if c["cell_id"] in on_disk]
     wanted = settings(poa, slo)
     for i, cell in enumerate(todo):
-        stats[cell["cell_id"]] = cell_stats(_cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa)
+        cid = cell["cell_id"]
+        stats[cid] = given.get(cid) or cell_stats(_cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa)
         if progress is not None:
             progress(i + 1, len(todo))
 

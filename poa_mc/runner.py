@@ -251,7 +251,8 @@ def run_grid(
     manifest = build_manifest(grid, backend)
     fp = manifest["fingerprint"]
     try:
-        run_dir.prepare(manifest, cells_frame(cells), resume=resume)
+        cell_rows = cells_frame(cells)
+        run_dir.prepare(manifest, cell_rows, resume=resume)
     except OSError as e:
         raise EnvironmentFault(f"--out {out}: cannot write: {e.strerror or e}") from None
 
@@ -288,6 +289,12 @@ def run_grid(
 
     timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
     last_end = 0.0  # when the cell before this one had its accumulators
+    # each written cell's statistics, worked out beside the next cell's simulation: the summary at
+    # the end takes them instead of reading the accumulators back (bench/NOTES.md)
+    from poa_mc.reduce import CellStats, cell_stats
+
+    rows = {row["cell_id"]: row for row in cell_rows.iter_rows(named=True)}
+    stats: dict[str, CellStats] = {}
 
     def commit(cell: Cell, res: Any, meta: dict, cost: float, simulated: float, t0: float) -> None:
         """A cell's accumulators (waiting for a reduction still running beside the next cell), then
@@ -311,6 +318,10 @@ def run_grid(
         run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
         report.ran.append(cell.cell_id)
         console.cell_done(cell.label(), cost, simulated, cell_s)
+        try:
+            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg)
+        except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
+            pass
 
     # a cell's files are written on a thread of their own while the next cell simulates (a grid
     # of small cells spent a fifth of its time writing them, bench/NOTES.md); one cell at a time,
@@ -397,7 +408,7 @@ def run_grid(
 
         console.note(f"summarising {len(cells)} cells")
         try:
-            reduce_run(out, progress=console.summarising)
+            reduce_run(out, progress=console.summarising, stats=stats)
             console.close()
         except KeyboardInterrupt:
             run_dir.remove_own_temporaries()

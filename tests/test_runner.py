@@ -126,3 +126,24 @@ def test_a_failed_reduction_fails_the_run_and_keeps_the_cells_before_it(monkeypa
     run_dir = RunDir(out)
     assert run_dir.acc_path(cells[0]).is_file() and not run_dir.acc_path(cells[1]).exists()
     assert not list(out.rglob("*.tmp"))
+
+
+def test_the_summary_takes_the_cells_statistics_worked_out_as_they_were_written(monkeypatch, tmp_path):
+    """The run's summary does not read its accumulators back, and equals a summary from disk."""
+    import polars as pl
+
+    from poa_mc.reduce import reduce_run
+
+    reads = []
+    real = RunDir.read_acc
+    monkeypatch.setattr(RunDir, "read_acc", lambda self, cid: reads.append(cid) or real(self, cid))
+    grid = loads_grid(SMALL)
+    overlapped, _ = _engine_with()
+    out = tmp_path / "out"
+    runner.run_grid(grid, out=out, simulate=overlapped, quiet=True)
+    assert reads == []
+    run_dir = RunDir(out)
+    ran = pl.read_parquet(run_dir.summary_path), pl.read_parquet(run_dir.poa_path)
+    again = reduce_run(out)
+    assert len(reads) == len(grid.cells())
+    assert ran[0].equals(again[0]) and ran[1].equals(again[1])
