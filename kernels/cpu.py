@@ -104,7 +104,6 @@ def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: fl
 
 
 _compiled: set[str] = set()
-PARTS_PER_THREAD = 8  # run_batch's parts of a batch per thread
 
 # LLVM's inliner budget while the replica drivers compile (its -O3 default is 250). At 250 the
 # lean loop's module keeps 41 functions with 155 call sites (the clamped time span alone 19, the
@@ -176,20 +175,17 @@ def run_batch(
         _compiled.add(variant)
     a = _alloc(shapes, n)
     n_threads = threads.count(n) if parallel else 1
+    bounds = threads.bounds(n, n_threads)
     if n_threads == 1:
         # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
         # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
         _call(ip, fp, tabs, a, n)
         return a, compile_s
-    # the threads take the replicas a few at a time, each the next part as it is done: replicas
-    # differ in length, and a contiguous share per thread left one idle at the end of every batch
-    # (10-20% of the kernels' time in a grid of 16-replica cells, bench/NOTES.md)
-    pool = threads.pool("kernels", n_threads)
-    step = max(1, n // (n_threads * PARTS_PER_THREAD))
-    jobs = [pool.submit(_call, ip, fp, tabs, a, min(n, lo + step), lo) for lo in range(0, n, step)]
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
+    pool = threads.pool("kernels", n_threads)
+    jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
     try:
         pending = set(jobs)
         while pending:
