@@ -1,6 +1,6 @@
 """Where the build users run spends its time, line by line.
 
-    python bench/profile_lines.py [--seconds 20] [--top 40]
+    python bench/profile_lines.py [--seconds 20] [--top 40] [--grid GRID --cell INDEX]
 
 bench/profile_functions.py compiles every per-event function out of line so that a sampling
 profiler can name it, which is not the build users run. This script profiles the release build:
@@ -156,17 +156,32 @@ def _tag_lines_with_files() -> None:
     lowering.Lower.lower_inst = lower_inst
 
 
-def child(seconds: float) -> None:
+def _cell(grid: str | None, index: int) -> tuple:
+    """(spec, simulate's sizes): the reference cell of bench_engine.py, or cell `index` of a grid
+    (a file or a built-in name) at its [run] sizes."""
+    if grid is None:
+        from bench_engine import reference_cell
+
+        return reference_cell(), dict(replicas=64, requests=2000, warmup=200, seed=1, stream=0)
+    from poa_mc.cli.main import load_grid_arg
+
+    g = load_grid_arg(grid)
+    cell = g.cells()[index]
+    r = g.run
+    return cell.spec, dict(replicas=r.replicas, requests=r.requests, warmup=r.warmup, seed=r.seed, stream=cell.stream)
+
+
+def child(seconds: float, grid: str | None, index: int) -> None:
     """The profiled process: load the kernels, print the event loop's address, run the cell."""
     sys.path.insert(0, str(HERE))
-    from bench_engine import reference_cell
     from poa_mc.kernels import cpu  # compiles nothing yet
 
     from poa_mc.engine import simulate
 
+    spec, sizes = _cell(grid, index)
     _set_kernels(Path(cpu.__file__).parent)
     _tag_lines_with_files()
-    simulate(reference_cell(), replicas=1, requests=10, warmup=0, seed=1, stream=0, parallel=False)
+    simulate(spec, replicas=1, requests=10, warmup=0, seed=1, stream=0, parallel=False)
     loop = getattr(cpu, "_run_lean", None) or cpu._run_replicas  # older commits: one build
     (cres,) = loop.overloads.values()
     ptr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
@@ -177,7 +192,7 @@ def child(seconds: float) -> None:
     t0 = time.time()
     n = 0
     while time.time() - t0 < seconds:
-        res = simulate(reference_cell(), replicas=64, requests=2000, warmup=200, seed=1, stream=0, parallel=False)
+        res = simulate(spec, **sizes, parallel=False)
         n += res.simulated_requests
     print(f"RATE {n / (time.time() - t0) / 1e6:.3f}", flush=True)
 
@@ -186,13 +201,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--grid", help="profile a cell of this grid (a file or a built-in name) instead")
+    ap.add_argument("--cell", type=int, default=0, help="which cell of --grid (its index in grid order)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.seconds)
+        child(args.seconds, args.grid, args.cell)
         return 0
     env = dict(os.environ, NUMBA_DEBUGINFO="1", NUMBA_CACHE_DIR=str(CACHE), NUMBA_NUM_THREADS="1")
-    child_cmd = [sys.executable, __file__, "--child", "--seconds"]
+    where_from = ["--grid", args.grid, "--cell", str(args.cell)] if args.grid else []
+    child_cmd = [sys.executable, __file__, "--child", *where_from, "--seconds"]
     # a process that compiles runs its own copy of the event loop, not the one the cache holds:
     # compile (or find the cache) in a process of its own, then profile one that loads the cache.
     # Always: the cache folder may hold another source's build only (kernels/*.py changed)

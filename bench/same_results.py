@@ -1,6 +1,7 @@
 """Are the engine's results unchanged? Simulates the fidelity regimes of bench/regimes.py (the
-reference cell among them), cells with lower KV tiers, and every candidate-picking policy on each
-flow, and writes every per-request array (samples and router candidates) to an npz,
+reference cell among them), cells with lower KV tiers, every candidate-picking policy on each
+flow, and cells of the paper preset (aiconfigurator tables), and writes every per-request array
+(samples and router candidates) to an npz,
 so that two commits can be compared array by array:
 
     python bench/at_commit.py COMMIT bench/same_results.py /tmp/before.npz
@@ -61,9 +62,20 @@ def policy_cells() -> dict[str, object]:
     return out
 
 
+def table_cells() -> dict[str, object]:
+    """Cells of the paper preset (an aiconfigurator table's timing, the adaptive controller, the
+    oracle) over its range of loads: a change that leaves them bit-identical did not move the
+    tables' interpolation."""
+    from poa_mc.cli.main import load_grid_arg
+
+    cells = load_grid_arg("paper-70b-1p5d").cells()
+    picks = [c for c in cells if c.spec.workload.concurrency in (1, 64, 512)]
+    return {"table-" + c.label().replace(" ", "-").replace("/", ""): c.spec for c in picks[::6]}
+
+
 def arrays(replicas: int, requests: int) -> dict[str, np.ndarray]:
     out = {}
-    for name, spec in sorted({**REGIMES, **tier_cells(), **policy_cells()}.items()):
+    for name, spec in sorted({**REGIMES, **tier_cells(), **policy_cells(), **table_cells()}.items()):
         res = simulate(spec, replicas=replicas, requests=requests, warmup=50, seed=5, stream=3)
         for group in (res.samples, res.candidates or {}):
             for k, v in group.items():
