@@ -339,8 +339,9 @@ def run_grid(
                 def reduce_batch(cols, rep, logs, spec_d=spec_d):
                     return accumulate(cols, rep, spec_d, poa_cfg, slo, logs)
 
-                # the cell's last batch is reduced while the next cell simulates (bench/NOTES.md)
-                streams = {"keep": keep, "reduce": reduce_batch, "overlap": True, "after": pending} if streaming else {}
+                streams = {"keep": keep, "reduce": reduce_batch} if streaming["reduce"] else {}
+                if streaming["overlap"]:  # the cell's last batch is reduced while the next cell simulates
+                    streams.update(overlap=True, after=pending)
                 res = simulate(
                     cell.spec,
                     replicas=r.replicas,
@@ -467,11 +468,15 @@ def _reducible(run_dir: RunDir, cell_id: str, wanted: str) -> bool:
     return meta.get("samples") == "all" and run_dir.sample_path(cell_id).exists()
 
 
-def _streams(simulate: Simulate) -> bool:
-    """Does this simulate reduce batches as they leave the kernels (the engine's `keep` and
-    `reduce`)? A stand-in without them is reduced from its whole result."""
+def _streams(simulate: Simulate) -> dict[str, bool]:
+    """Which of the engine's streaming arguments this simulate takes: `reduce` (with `keep`:
+    batches reduced as they leave the kernels) and `overlap` (with `after`: a cell's last
+    reduction left running beside the next cell). A stand-in without `reduce` is reduced from its
+    whole result."""
+    if simulate is _ENGINE:
+        return {"reduce": True, "overlap": True}
     try:
         params = inspect.signature(simulate).parameters
     except (TypeError, ValueError):
-        return False
-    return "reduce" in params or simulate is _ENGINE
+        return {"reduce": False, "overlap": False}
+    return {"reduce": "reduce" in params, "overlap": "reduce" in params and "overlap" in params}

@@ -147,3 +147,21 @@ def test_the_summary_takes_the_cells_statistics_worked_out_as_they_were_written(
     again = reduce_run(out)
     assert len(reads) == len(grid.cells())
     assert ran[0].equals(again[0]) and ran[1].equals(again[1])
+
+
+def test_a_stand_in_that_reduces_but_does_not_overlap(tmp_path):
+    """A simulate taking `reduce` but not `overlap` gets its batches reduced, and no overlap."""
+    from poa_mc import engine
+
+    calls = []
+
+    def simulate(*args, reduce=None, keep=None, **kwargs):
+        calls.append(reduce is not None)
+        return engine.simulate(*args, reduce=reduce, keep=keep, **kwargs)
+
+    grid = loads_grid(SMALL)
+    report = runner.run_grid(grid, out=tmp_path / "out", simulate=simulate, quiet=True)
+    assert all(calls) and len(calls) == len(grid.cells()) and report.reduced
+    assert runner._streams(simulate) == {"reduce": True, "overlap": False}
+    assert runner._streams(runner._ENGINE) == {"reduce": True, "overlap": True}
+    assert runner._streams(fake_engine.simulate) == {"reduce": False, "overlap": False}
