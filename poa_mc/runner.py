@@ -354,7 +354,7 @@ def run_grid(
                     **streams,
                 )
                 pending = getattr(res, "pending", None)
-                if not hasattr(res, "reduced"):  # a stand-in engine: reduced from its whole result
+                if not streaming["reduce"] or not hasattr(res, "reduced"):  # reduced from its whole result
                     res = _Reduced(res, getattr(res, "acc", None) or accumulate(
                         {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
                     ))  # fmt: skip
