@@ -119,7 +119,6 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     computed_tokens = blocks.computed_tokens
     ctl_observe = controller.observe
     ctl_tick = controller.tick
-    decode_span = timing.decode_span
     fits_with_spare = blocks.fits_with_spare
     integrate = meters.integrate
     kept_blocks = blocks.kept_blocks
@@ -133,6 +132,9 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     step_extra = blocks.step_extra
     step_ms = timing.step_ms
     steps_until = timing.steps_until
+    segment = timing.segment
+    span = timing.span
+    first_step = timing.first_step
     usable_hit = blocks.usable_hit
 
     @jit_inline
@@ -161,9 +163,10 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         x0 = np.int64(wk_i[r, d, WI_SEG_X0])
         n = np.int64(wk_i[r, d, WI_SEG_N])
         cap = np.float64(ip[P_DKV] * ip[P_B])
-        lo = steps_until(fp, t0, x0, n, np.int64(wk_i[r, d, WI_SEG_M]), cap, t_ready)
+        seg = segment(fp, x0, n)
+        lo = steps_until(fp, seg, t0, x0, n, np.int64(wk_i[r, d, WI_SEG_M]), cap, t_ready)
         wk_i[r, d, WI_SEG_M] = lo
-        wk_f[r, d, WF_BUSY] = t0 + decode_span(fp, x0, n, lo, cap)
+        wk_f[r, d, WF_BUSY] = t0 + span(fp, seg, x0, n, lo, cap)
 
     @jit_inline
     def hand_to_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, queue, r, s, d, t_ready, resv):
@@ -399,12 +402,13 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         x0 = np.int64(wk_i[r, d, WI_SEG_X0])
         n = np.int64(wk_i[r, d, WI_SEG_N])
         cap = np.float64(ip[P_DKV] * ip[P_B])
+        seg = segment(fp, x0, n)
         # steps started: the largest j in [1, M] whose step j - 1 starts at or before t
         lo = np.int64(1)
         hi = np.int64(wk_i[r, d, WI_SEG_M])
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if t0 + decode_span(fp, x0, n, mid - 1, cap) <= t:
+            if t0 + span(fp, seg, x0, n, mid - 1, cap) <= t:
                 lo = mid
             else:
                 hi = mid - 1
@@ -551,12 +555,11 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             avail = kv_cap - np.int64(wk_i[r, d, WI_USED]) + np.int64(wk_i[r, d, WI_FREE])
             if m > 1 and n_dec * (full_blocks(ip, m) + 2) > avail:
                 m = steps_that_fit(ip, slot_i, run, r, d, nrun, m, avail)
-            if m == 1:
-                dur = step_ms(fp, np.float64(x0), n_dec, cap)
-            else:
-                dur = decode_span(fp, np.int64(x0), np.int64(n_dec), np.int64(m), cap)
+            seg = segment(fp, x0, np.int64(n_dec))
+            step = first_step(fp, seg, x0, np.int64(n_dec), cap)
+            dur = step if m == 1 else span(fp, seg, x0, np.int64(n_dec), m, cap)
             wk_i[r, d, WI_SEG_M] = m
-            first = t + step_ms(fp, np.float64(x0), n_dec, cap)
+            first = t + step
         # only requests admitted by this call can still wait for their first decode step: a local
         # prefill gets its first token at the end of the pass that completes it (decode_end)
         for i in range(admitted_from, nrun):

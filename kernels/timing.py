@@ -100,37 +100,62 @@ def build(jit, jit_inline=None) -> Namespace:
         r0 = ov + ib * nc
         return oc, nc, r0, r0 + nc, wb
 
+    @jit_inline
+    def table_piece(fp, oc, r0, r1, wb, m):
+        """The blended row's piece on context interval m: its left node a, its value there v0 and
+        its slope s (per token of per-sequence context)."""
+        a = fp[oc + m]
+        v0 = (1.0 - wb) * fp[r0 + m] + wb * fp[r1 + m]
+        v1 = (1.0 - wb) * fp[r0 + m + 1] + wb * fp[r1 + m + 1]
+        return a, v0, (v1 - v0) / (fp[oc + m + 1] - a)
+
     @jit
-    def table_span(fp, x0, n, k):
-        """Time of k steps of n sequences whose summed contexts are x0, x0 + n, ...: the row
-        blended at batch n is linear on each context interval, so each interval the per-sequence
-        context c0 + j crosses adds an arithmetic series."""
-        if k <= 0:
-            return 0.0
+    def table_segment(fp, x0, n):
+        """What a segment of n sequences whose summed context starts at x0 reads of the table, once
+        for all its spans: the row blended at batch n (decode_row), the per-sequence context c0 at
+        its first step, c0's interval m on the context axis, that interval's piece (table_piece)
+        and the first step whose context reaches the interval's right node (its end, jb; 0 on the
+        last interval, which goes on)."""
         oc, nc, r0, r1, wb = decode_row(fp, n)
         c0 = np.float64(x0) / (np.float64(n) if n > 0 else 1.0)
         m, _ = bracket(fp, oc, nc, c0)
+        a, v0, s = table_piece(fp, oc, r0, r1, wb, m)
+        # first step whose context reaches the next node (axis gaps are >= 1 token, so it lies
+        # past the step before)
+        jb = np.int64(math.ceil(fp[oc + m + 1] - c0)) if m < nc - 2 else np.int64(0)
+        return oc, nc, r0, r1, wb, c0, m, a, v0, s, jb
+
+    @jit
+    def segment_span(fp, seg, k):
+        """Time of the first k steps of a table segment (table_segment): the row blended at batch n
+        is linear on each context interval, so each interval the per-sequence context c0 + j
+        crosses adds an arithmetic series (most spans stay in their first interval, whose piece
+        the segment holds)."""
+        if k <= 0:
+            return 0.0
+        oc, nc, r0, r1, wb, c0, m, a, v0, s, jb = seg
         total = 0.0
         j = np.int64(0)
-        while j < k:
-            jb = k
-            if m < nc - 2:
-                # first step whose context reaches the next node (axis gaps are >= 1 token, so it
-                # lies past j)
-                jb = np.int64(math.ceil(fp[oc + m + 1] - c0))
-                if jb > k:
-                    jb = k
-                if jb < j:
-                    jb = j
+        while True:
+            if m >= nc - 2 or jb > k:
+                jb = k
+            if jb < j:
+                jb = j
             cnt = np.float64(jb - j)
-            a = fp[oc + m]
-            v0 = (1.0 - wb) * fp[r0 + m] + wb * fp[r1 + m]
-            v1 = (1.0 - wb) * fp[r0 + m + 1] + wb * fp[r1 + m + 1]
-            s = (v1 - v0) / (fp[oc + m + 1] - a)
             total += cnt * (v0 + s * (c0 - a)) + s * cnt * np.float64(j + jb - 1) * 0.5
             j = jb
+            if j >= k:
+                return total
             m += 1
-        return total
+            a, v0, s = table_piece(fp, oc, r0, r1, wb, m)
+            jb = np.int64(math.ceil(fp[oc + m + 1] - c0)) if m < nc - 2 else np.int64(0)
+
+    @jit
+    def table_span(fp, x0, n, k):
+        """Time of k steps of n sequences whose summed contexts are x0, x0 + n, ... (segment_span)."""
+        if k <= 0:
+            return 0.0
+        return segment_span(fp, table_segment(fp, x0, n), k)
 
     # ---------------------------------------------------------------- the profile's shape
     @jit
@@ -208,31 +233,61 @@ def build(jit, jit_inline=None) -> Namespace:
             return clamped_span(fp, x0, n, k, cap)
         return quadratic_span(fp, x0, n, k, cap)
 
+    # ---------------------------------------------------------------- a segment's searches
+    # A search over one segment's spans (steps_until, decode.settle, decode.plan_decode's first step
+    # and whole segment) reads a table's row and brackets its context once: `segment` does that
+    # part, `span` and `first_step` then cost a table what they cost the polynomial, each giving
+    # the same number as decode_span and step_ms to the bit.
+    NO_SEGMENT = (np.int64(0), np.int64(0), np.int64(0), np.int64(0), 0.0, 0.0, np.int64(0), 0.0, 0.0, 0.0, np.int64(0))
+
+    @jit_inline
+    def segment(fp, x0, n):
+        """The table's part of a segment of n sequences from summed context x0 (nothing for the
+        polynomial)."""
+        if fp[F_TAB] != 0.0:
+            return table_segment(fp, x0, n)
+        return NO_SEGMENT
+
+    @jit_inline
+    def span(fp, seg, x0, n, k, cap):
+        """decode_span(fp, x0, n, k, cap), with seg = segment(fp, x0, n)."""
+        if fp[F_TAB] != 0.0:
+            return segment_span(fp, seg, k)
+        return decode_span(fp, x0, n, k, cap)
+
+    @jit_inline
+    def first_step(fp, seg, x0, n, cap):
+        """step_ms(fp, x0, n, cap), with seg = segment(fp, x0, n)."""
+        if fp[F_TAB] != 0.0:
+            return segment_span(fp, seg, np.int64(1))
+        return step_ms(fp, np.float64(x0), n, cap)
+
     @jit
-    def steps_until(fp, t0, x0, n, m, cap, t):
-        """The first k in [1, m] whose k steps from t0 end at or after t (m if none): where a
-        segment is cut for something that happens at t. The first step's time guesses k (steps
-        lengthen as context grows, so the answer is the guess or a little below it), a gallop from
-        the guess brackets it and a binary search settles it: the same k as a binary search over
-        [1, m] (spans grow with k), in about two spans instead of log2(m)."""
+    def steps_until(fp, seg, t0, x0, n, m, cap, t):
+        """The first k in [1, m] whose k steps from t0 end at or after t (m if none), seg =
+        segment(fp, x0, n): where a segment is cut for something that happens at t. The first
+        step's time guesses k (steps lengthen as context grows, so the answer is the guess or a
+        little below it), a gallop from the guess brackets it and a binary search settles it: the
+        same k as a binary search over [1, m] (spans grow with k), in about two spans instead of
+        log2(m)."""
         if m <= 1:
             return np.int64(1)
         g = m
-        first = step_ms(fp, np.float64(x0), n, cap)
+        first = first_step(fp, seg, x0, n, cap)
         if first > 0.0 and t - t0 < first * np.float64(m - 1):
             g = np.int64(math.ceil((t - t0) / first))
             if g < 1:
                 g = np.int64(1)
         lo = np.int64(1)
         hi = m
-        if g >= m or t0 + decode_span(fp, x0, n, g, cap) >= t:
+        if g >= m or t0 + span(fp, seg, x0, n, g, cap) >= t:
             hi = g if g < m else m
             step = np.int64(1)
             while True:
                 c = hi - step
                 if c < 1:
                     break
-                if t0 + decode_span(fp, x0, n, c, cap) >= t:
+                if t0 + span(fp, seg, x0, n, c, cap) >= t:
                     hi = c
                     step *= 2
                 else:
@@ -245,14 +300,14 @@ def build(jit, jit_inline=None) -> Namespace:
                 c = lo + step - 1
                 if c >= m:
                     break
-                if t0 + decode_span(fp, x0, n, c, cap) >= t:
+                if t0 + span(fp, seg, x0, n, c, cap) >= t:
                     hi = c
                     break
                 lo = c + 1
                 step *= 2
         while lo < hi:
             mid = (lo + hi) // 2
-            if t0 + decode_span(fp, x0, n, mid, cap) >= t:
+            if t0 + span(fp, seg, x0, n, mid, cap) >= t:
                 hi = mid
             else:
                 lo = mid + 1
@@ -260,6 +315,12 @@ def build(jit, jit_inline=None) -> Namespace:
 
     return Namespace(
         steps_until=steps_until,
+        segment=segment,
+        span=span,
+        first_step=first_step,
+        table_segment=table_segment,
+        table_piece=table_piece,
+        segment_span=segment_span,
         bracket=bracket,
         decode_row=decode_row,
         table_pass=table_pass,

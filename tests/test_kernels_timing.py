@@ -107,6 +107,25 @@ def test_a_decode_span_is_the_sum_of_its_steps(tmp_path, name):
         assert span == pytest.approx(steps, rel=1e-11), (x0, n, k)
 
 
+@pytest.mark.parametrize("name", ["dynamo-mocker", "synthetic", *builtin_tables()])
+def test_a_segment_read_once_gives_every_span_to_the_bit(tmp_path, name):
+    """span and first_step, on what `segment` read of the table once, give decode_span's and
+    step_ms's numbers to the bit (the searches over a segment use them; the results must not move)."""
+    prof = _profile(tmp_path, _multilinear_doc()) if name == "synthetic" else resolve_profile({"name": name})
+    fp = pack_profile(prof)
+    cap = 16384.0 * 16
+    rng = np.random.default_rng(3)
+    cases = [(0, 1), (5000, 7), (64 * 900, 64), (10**6, 300), (17, 17), (4096 * 13, 13)]
+    cases += [(int(rng.integers(0, 10**6)), int(rng.integers(1, 600))) for _ in range(40)]
+    for x0, n in cases:
+        x0, n = np.int64(x0), np.int64(n)
+        seg = K.segment(fp, x0, n)
+        assert K.first_step(fp, seg, x0, n, cap) == K.step_ms(fp, np.float64(x0), n, cap), (x0, n)
+        for k in (0, 1, 2, 3, 17, int(rng.integers(1, 3000)), 50_000):
+            k = np.int64(k)
+            assert K.span(fp, seg, x0, n, k, cap) == K.decode_span(fp, x0, n, k, cap), (x0, n, k)
+
+
 def _cut_by_bisection(fp, t0, x0, n, m, cap, t):
     lo, hi = 1, m
     while lo < hi:
@@ -139,7 +158,8 @@ def test_a_segment_is_cut_where_a_bisection_over_its_steps_cuts_it(tmp_path, nam
         targets = [t0 - 1.0, t0 + end + 5.0, *(t0 + rng.uniform(0.0, 1.1) * end for _ in range(3))]
         targets += [t0 + K.decode_span(fp, np.int64(x0), np.int64(n), np.int64(k), cap) for k in ks]
         for t in targets:
-            got = K.steps_until(fp, t0, np.int64(x0), np.int64(n), np.int64(m), cap, t)
+            seg = K.segment(fp, np.int64(x0), np.int64(n))
+            got = K.steps_until(fp, seg, t0, np.int64(x0), np.int64(n), np.int64(m), cap, t)
             assert got == _cut_by_bisection(fp, t0, x0, n, m, cap, t), (x0, n, m, t0, t)
             checked += 1
     assert checked == 300 * 8
