@@ -87,6 +87,11 @@ from .layout import (
     WF_HELD0,
     WF_T0,
     WF_WAKE,
+    WI_AGG,
+    WI_AGG_M,
+    WI_AGG_N,
+    WI_AGG_W,
+    WI_AGG_X,
     WI_APT,
     WI_FREE,
     WI_MIXED,
@@ -450,6 +455,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
         kv_cap = ip[P_DKV]
         wk_f[r, d, WF_WAKE] = INF
+        summed = np.int64(wk_i[r, d, WI_AGG]) == 1  # decode_end left the running set's sums
+        wk_i[r, d, WI_AGG] = 0
         replay = ip[P_DADMIT] == DADMIT_REPLAY
         first_ready = INF
         more = np.int64(0)
@@ -480,11 +487,20 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         if nrun == 0:
             wk_f[r, d, WF_WAKE] = first_ready
             return
-        n_dec = 0
-        n_wait = 0
+        n_dec = np.int64(0)
+        n_wait = np.int64(0)
         x0 = np.int64(0)
         m = np.int64(1) << np.int64(40)
-        for i in range(nrun):
+        scan_from = np.int64(0)
+        if summed and not preempted:
+            # only the requests admitted since decode_end are new to the sums it left
+            n_dec = np.int64(wk_i[r, d, WI_AGG_N])
+            n_wait = np.int64(wk_i[r, d, WI_AGG_W])
+            x0 = np.int64(wk_i[r, d, WI_AGG_X])
+            if n_dec > 0:
+                m = np.int64(wk_i[r, d, WI_AGG_M])
+            scan_from = admitted_from
+        for i in range(scan_from, nrun):
             s = np.int64(run[r, d, i])
             if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
                 n_dec += 1
@@ -591,6 +607,11 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         growth = np.int64(0)
         n_old = np.int64(wk_i[r, d, WI_NRUN])
         n_live = n_old
+        # what the next plan_decode needs of the requests that keep running (WI_AGG_*)
+        a_n = np.int64(0)
+        a_w = np.int64(0)
+        a_x = np.int64(0)
+        a_m = np.int64(1) << np.int64(40)
         i = 0
         while i < n_live:
             s = np.int64(run[r, d, i])
@@ -617,13 +638,26 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 # its last step computed context isl + gen - 1: a block more each B tokens
                 if gen > np.int64(slot_i[r, s, SI_NEXTB]):
                     growth += grow_to(slot_i, r, s, gen, bs)
-            if done == need and gen >= np.int64(slot_i[r, s, SI_OSL]):
-                n_live -= 1
-                run[r, d, i] = run[r, d, n_live]
-                run[r, d, n_live] = s
+            if done == need:
+                left = np.int64(slot_i[r, s, SI_OSL]) - gen
+                if left <= 0:
+                    n_live -= 1
+                    run[r, d, i] = run[r, d, n_live]
+                    run[r, d, n_live] = s
+                    continue
+                a_n += 1
+                a_x += np.int64(slot_i[r, s, SI_ISL]) + gen
+                if left < a_m:
+                    a_m = left
             else:
-                i += 1
+                a_w += 1
+            i += 1
         wk_i[r, d, WI_NRUN] = n_live
+        wk_i[r, d, WI_AGG] = 1
+        wk_i[r, d, WI_AGG_N] = a_n
+        wk_i[r, d, WI_AGG_W] = a_w
+        wk_i[r, d, WI_AGG_X] = a_x
+        wk_i[r, d, WI_AGG_M] = a_m if a_n > 0 else 0
         if growth > 0 and not cache_grow(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, ip[P_G], ip[P_DKV], growth):
             rep_i[r, RI_STATUS] = STATUS_OVERCAP
         # blocks grow about evenly over a pass: its held blocks are the mean of start and end

@@ -349,7 +349,15 @@ WI_LINEAGE = 28  # 1: the lineage rule, leaves (released runs) evicted before an
 WI_G4CAP = 29  # G4 capacity, blocks (the replica's, written in every prefill worker's row; 0: no G4)
 WI_G4U = 30  # worker 0's row: G4 blocks in use (the replica's, chain segments)
 WI_LH4 = 31  # the last acquire's blocks copied from G4 (they stay there too)
-NWI = 32
+# decode worker: its running set as decode_end left it, so that the next plan_decode scans only the
+# requests it admitted (valid while WI_AGG = 1: decode_end sets it, plan_decode consumes it; only
+# decode_end, plan_decode's admissions and preemption change a running set)
+WI_AGG = 32  # 1: the four below describe run[0 : WI_NRUN]
+WI_AGG_N = 33  # sequences decoding (their prompt computed)
+WI_AGG_X = 34  # their summed context, isl + output so far
+WI_AGG_M = 35  # the fewest output tokens any of them has left (when WI_AGG_N > 0)
+WI_AGG_W = 36  # sequences still (re)computing their prompt
+NWI = 37
 WI_RG = NWI  # with P_DEDUP: 2 columns per prefix group after the counters (see wk_i above)
 
 # ---- per-worker floats ----
