@@ -231,13 +231,21 @@ F_TB_GT = 44  # prefill outside attention: tokens of the pass, all requests toge
 F_TB_GV = 45  # prefill outside attention: ms per token node
 F_TB_DB = 46  # decode: batch axis (sequences in the step)
 F_TB_DC = 47  # decode: context tokens per sequence
-F_TB_DV = 48  # decode: step ms, [batch][context], C order; the region ends at len(fp)
+F_TB_DV = 48  # decode: step ms, [batch][context], C order (its length: the axes' product)
 F_G2_MS = 49  # tiers: ms to copy one block over the G1<->G2 link (0: instant)
 F_G3_MS = 50  # tiers: ms to copy one block over the G2<->G3 link
 F_TPERIOD = 51  # trace, timestamps replay: period of the cyclic replay, ms (trace time)
 F_TSCALE = 52  # trace, timestamps replay: simulated ms per trace ms (1 / speedup)
 F_G4_MS = 53  # tiers: ms to copy one block over a prefill worker's link to G4
-NF_P = 54
+# Offsets of two lookups in the table region (after F_TB_DV's values): for each whole batch size b
+# from 1 to its axis's last node (at most 1024), the interval of the axis used for b and b's weight
+# in it, the pair at offset + 2 b (what timing.bracket finds, worked out once by the host,
+# poa_mc/timing_tables.py: batch_lookup; a step or a pass of b requests reads its batch blend
+# instead of searching the axis). The decode lookup ends where the prefill one starts, which ends
+# at len(fp).
+F_TB_DN = 54  # decode batch axis (F_TB_DB)
+F_TB_PN = 55  # prefill attention batch axis (F_TB_PB)
+NF_P = 56
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only

@@ -34,11 +34,13 @@ from .layout import (
     F_TAB,
     F_TB_DB,
     F_TB_DC,
+    F_TB_DN,
     F_TB_DV,
     F_TB_GT,
     F_TB_GV,
     F_TB_PB,
     F_TB_PC,
+    F_TB_PN,
     F_TB_PU,
     F_TB_PV,
 )
@@ -63,6 +65,14 @@ def build(jit, jit_inline=None) -> Namespace:
         a = fp[off + lo]
         return lo, (x - a) / (fp[off + lo + 1] - a)
 
+    @jit_inline
+    def batch_bracket(fp, off, n, lut, end, b):
+        """bracket(fp, off, n, b) for a whole batch size b >= 1 (int), read from the host's lookup
+        at fp[lut:end] where it covers b (kernels/layout.py, F_TB_DN)."""
+        if 2 * b + 1 < end - lut:
+            return np.int64(fp[lut + 2 * b]), fp[lut + 2 * b + 1]
+        return bracket(fp, off, n, np.float64(b))
+
     @jit
     def table_pass(fp, b, t, c):
         """Prefill pass of b requests computing t tokens in all on c cached ones each: the part
@@ -77,7 +87,11 @@ def build(jit, jit_inline=None) -> Namespace:
         nc = ov - oc
         ig, wg = bracket(fp, og, ogv - og, t)
         v = (1.0 - wg) * fp[ogv + ig] + wg * fp[ogv + ig + 1]
-        ib, wb = bracket(fp, ob, ou - ob, b)
+        bi = np.int64(b)
+        if np.float64(bi) == b and bi >= 1:  # always, in the engine
+            ib, wb = batch_bracket(fp, ob, ou - ob, np.int64(fp[F_TB_PN]), np.int64(fp.size), bi)
+        else:
+            ib, wb = bracket(fp, ob, ou - ob, b)
         iu, wu = bracket(fp, ou, nu, t / b)
         ic, wc = bracket(fp, oc, nc, c)
         for db in range(2):
@@ -96,7 +110,9 @@ def build(jit, jit_inline=None) -> Namespace:
         oc = np.int64(fp[F_TB_DC])
         ov = np.int64(fp[F_TB_DV])
         nc = ov - oc
-        ib, wb = bracket(fp, ob, oc - ob, np.float64(n) if n > 0 else 1.0)
+        ib, wb = batch_bracket(
+            fp, ob, oc - ob, np.int64(fp[F_TB_DN]), np.int64(fp[F_TB_PN]), n if n > 0 else np.int64(1)
+        )
         r0 = ov + ib * nc
         return oc, nc, r0, r0 + nc, wb
 
@@ -322,6 +338,7 @@ def build(jit, jit_inline=None) -> Namespace:
         table_piece=table_piece,
         segment_span=segment_span,
         bracket=bracket,
+        batch_bracket=batch_bracket,
         decode_row=decode_row,
         table_pass=table_pass,
         table_span=table_span,

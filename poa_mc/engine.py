@@ -378,8 +378,11 @@ def pack_profile(p: ProfileSpec) -> np.ndarray:
 
         region, offsets = for_profile(p.table, p.table_sha).region()
         fp[L.F_TAB] = 1.0
-        fields = (L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_GT, L.F_TB_GV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV)
-        for f, off in zip(fields, offsets):
+        fields = (
+            L.F_TB_PB, L.F_TB_PU, L.F_TB_PC, L.F_TB_PV, L.F_TB_GT, L.F_TB_GV, L.F_TB_DB, L.F_TB_DC, L.F_TB_DV,
+            L.F_TB_DN, L.F_TB_PN,
+        )  # fmt: skip
+        for f, off in zip(fields, offsets, strict=True):
             fp[f] = L.NF_P + off
         fp = np.concatenate([fp, region])
     else:

@@ -79,14 +79,33 @@ class TimingTable:
 
     @functools.cached_property
     def _region(self) -> tuple[np.ndarray, tuple[int, ...]]:
-        parts = self.parts()
+        parts = self.parts() + [batch_lookup(self.decode_batch), batch_lookup(self.prefill_batch)]
         offsets = tuple(int(x) for x in np.cumsum([0] + [len(p) for p in parts[:-1]]))
         return np.concatenate(parts).astype(np.float64), offsets
 
     def region(self) -> tuple[np.ndarray, tuple[int, ...]]:
         """The floats the kernels read after fp's fixed fields, and each array's offset in them
-        (relative to the region's start), in the order of `parts`."""
+        (relative to the region's start): those of `parts`, then the decode and the prefill batch
+        axes' lookups (batch_lookup; kernels/layout.py, F_TB_DN and F_TB_PN)."""
         return self._region
+
+
+LOOKUP_MAX = 1024  # batch sizes past this (or past the axis's last node) search the axis
+
+
+def batch_lookup(axis: np.ndarray) -> np.ndarray:
+    """For each whole batch size b from 0 to the axis's last node (at most LOOKUP_MAX), at 2 b and
+    2 b + 1: the index i
+    of the interval [a_i, a_i+1] that kernels/timing.py's `bracket` uses for b (the last
+    i <= len(axis) - 2 with a_i <= b, 0 if none) and b's weight in it, (b - a_i) / (a_i+1 - a_i),
+    with bracket's arithmetic, so that reading it gives bracket's numbers to the bit (b = 0, which
+    no step or pass has, holds b = 1's pair)."""
+    a = np.asarray(axis, dtype=np.float64)
+    b = np.arange(max(1, min(int(a[-1]), LOOKUP_MAX)) + 1, dtype=np.float64)
+    b[0] = 1.0
+    i = np.clip(np.searchsorted(a[:-1], b, side="right") - 1, 0, len(a) - 2)
+    w = (b - a[i]) / (a[i + 1] - a[i])
+    return np.column_stack([i.astype(np.float64), w]).ravel()
 
 
 # Axes along which a time cannot fall: attention over more new or cached tokens, a step of more

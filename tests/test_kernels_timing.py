@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 from poa_mc.kernels import cpu
-from poa_mc.kernels.layout import F_D0, F_D1, F_D2, NF_P
+from poa_mc.kernels.layout import F_D0, F_D1, F_D2, F_TB_DB, F_TB_DC, F_TB_DN, F_TB_PB, F_TB_PN, F_TB_PU, NF_P
 
 from poa_mc.engine import pack_profile
 from poa_mc.profiles import resolve_profile
-from poa_mc.timing_tables import FORMAT, builtin_tables
+from poa_mc.timing_tables import FORMAT, LOOKUP_MAX, builtin_tables
 
 K = cpu._K.timing
 PT, PB, PU, PC = [1, 10, 100, 1000, 5000], [1, 2, 5, 9], [1, 10, 100, 1000], [0, 64, 1024]
@@ -124,6 +124,23 @@ def test_a_segment_read_once_gives_every_span_to_the_bit(tmp_path, name):
         for k in (0, 1, 2, 3, 17, int(rng.integers(1, 3000)), 50_000):
             k = np.int64(k)
             assert K.span(fp, seg, x0, n, k, cap) == K.decode_span(fp, x0, n, k, cap), (x0, n, k)
+
+
+@pytest.mark.parametrize("name", ["synthetic", *builtin_tables()])
+def test_the_batch_lookups_give_the_axis_search_to_the_bit(tmp_path, name):
+    """A pass's and a step's batch blend read from the host's lookups (F_TB_PN, F_TB_DN) are the
+    axis search's, to the bit, for every whole batch size, inside the axis and past it."""
+    prof = _profile(tmp_path, _multilinear_doc()) if name == "synthetic" else resolve_profile({"name": name})
+    fp = pack_profile(prof)
+    dn, pn = int(fp[F_TB_DN]), int(fp[F_TB_PN])
+    for off, nodes, lut, end in (
+        (int(fp[F_TB_DB]), int(fp[F_TB_DC] - fp[F_TB_DB]), dn, pn),
+        (int(fp[F_TB_PB]), int(fp[F_TB_PU] - fp[F_TB_PB]), pn, fp.size),
+    ):
+        assert end - lut >= 2 * (min(fp[off + nodes - 1], LOOKUP_MAX) + 1)  # it covers the axis
+        for b in [*range(1, 1100), 3000]:
+            got = K.batch_bracket(fp, np.int64(off), np.int64(nodes), np.int64(lut), np.int64(end), np.int64(b))
+            assert got == K.bracket(fp, np.int64(off), np.int64(nodes), float(b)), (b, got)
 
 
 def _cut_by_bisection(fp, t0, x0, n, m, cap, t):
