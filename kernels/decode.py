@@ -11,8 +11,9 @@ table's piecewise-linear steps). A segment lasts until the next completion;
 a request that becomes ready on a busy decode worker cuts the segment at the first step boundary
 at or after its ready time (a binary search over k), so it joins the next pass, exactly as step-
 by-step simulation would. Block growth bounds a segment too: it ends before the first step that
-cannot get its blocks. With ip[P_NAIVE] = 1 every segment is one step, timed step by step: the
-reference the closed form is tested against.
+cannot get its blocks. With ip[P_NAIVE] = 1 every segment is one step, timed step by step, and
+every pass scans its whole running set instead of taking the sums decode_end left (WI_AGG_*): the
+reference the closed form and those sums are tested against.
 """
 
 import math
@@ -105,6 +106,7 @@ from .layout import (
 )
 
 INF = math.inf
+NONE_LEFT = np.int64(1) << np.int64(40)  # a pass's fewest tokens left while no sequence decodes
 
 
 def build(jit, cache, controller, planner, timing, meters, queues, blocks, requests, jit_inline=None):
@@ -450,12 +452,30 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         return lo
 
     @jit_inline
+    def running_sums(slot_i, run, r, d, lo, hi, n_dec, n_wait, x0, m):
+        """The sums a pass is planned with, run[lo:hi] of worker d added: sequences decoding (their
+        prompt computed), their summed context isl + output so far, the fewest output tokens any
+        of them has left, and the sequences still (re)computing a prompt."""
+        for i in range(lo, hi):
+            s = np.int64(run[r, d, i])
+            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
+                n_dec += 1
+                x0 += np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN])
+                left = np.int64(slot_i[r, s, SI_OSL]) - np.int64(slot_i[r, s, SI_GEN])
+                if left < m:
+                    m = left
+            else:
+                n_wait += 1
+        return n_dec, n_wait, x0, m
+
+    @jit_inline
     def plan_decode(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t):
         bs = ip[P_B]
         prefill_first = ip[P_FLOW] == FLOW_PREFILL_FIRST
         kv_cap = ip[P_DKV]
         wk_f[r, d, WF_WAKE] = INF
-        summed = np.int64(wk_i[r, d, WI_AGG]) == 1  # decode_end left the running set's sums
+        # decode_end left the running set's sums (step-by-step runs scan it whole: the check of both)
+        summed = np.int64(wk_i[r, d, WI_AGG]) == 1 and ip[P_NAIVE] == 0
         wk_i[r, d, WI_AGG] = 0
         replay = ip[P_DADMIT] == DADMIT_REPLAY
         first_ready = INF
@@ -490,7 +510,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         n_dec = np.int64(0)
         n_wait = np.int64(0)
         x0 = np.int64(0)
-        m = np.int64(1) << np.int64(40)
+        m = NONE_LEFT
         scan_from = np.int64(0)
         if summed and not preempted:
             # only the requests admitted since decode_end are new to the sums it left
@@ -500,16 +520,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             if n_dec > 0:
                 m = np.int64(wk_i[r, d, WI_AGG_M])
             scan_from = admitted_from
-        for i in range(scan_from, nrun):
-            s = np.int64(run[r, d, i])
-            if np.int64(slot_i[r, s, SI_DONE]) == np.int64(slot_i[r, s, SI_NEED]):
-                n_dec += 1
-                x0 += np.int64(slot_i[r, s, SI_ISL]) + np.int64(slot_i[r, s, SI_GEN])
-                left = np.int64(slot_i[r, s, SI_OSL]) - np.int64(slot_i[r, s, SI_GEN])
-                if left < m:
-                    m = left
-            else:
-                n_wait += 1
+        n_dec, n_wait, x0, m = running_sums(slot_i, run, r, d, scan_from, nrun, n_dec, n_wait, x0, m)
         budget = ip[P_BUDGET] - n_dec
         sum_p = np.int64(0)
         sum_pc = np.int64(0)
@@ -611,7 +622,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         a_n = np.int64(0)
         a_w = np.int64(0)
         a_x = np.int64(0)
-        a_m = np.int64(1) << np.int64(40)
+        a_m = NONE_LEFT
         i = 0
         while i < n_live:
             s = np.int64(run[r, d, i])
@@ -681,6 +692,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         settle=settle,
         waiting_for_blocks=waiting_for_blocks,
         steps_that_fit=steps_that_fit,
+        running_sums=running_sums,
         plan_decode=plan_decode,
         decode_end=decode_end,
     )

@@ -12,6 +12,7 @@ from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, NWI, RI_DECIDE, WI_AB
 
 from poa_mc.engine import EngineError, simulate
+from poa_mc.profiles import resolve_profile
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 DET = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.0, decode_ms=1.0)
@@ -91,6 +92,38 @@ def test_closed_form_decode_equals_step_by_step_under_preemption(flow):
     fast = _run(spec, requests=120, replicas=3)
     naive = _run(spec, requests=120, replicas=3, naive_decode=True)
     assert fast.replica["preemptions"].sum() > 0
+    np.testing.assert_array_equal(fast.replica["preemptions"], naive.replica["preemptions"])
+    for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms"):
+        np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
+@pytest.mark.parametrize("profile", ["dynamo-mocker", "aic-b200-llama70b-fp8-tp4-vllm"])
+@pytest.mark.parametrize("decode_kv_blocks", [24, 0])
+def test_passes_planned_from_decode_ends_sums_equal_step_by_step(flow, profile, decode_kv_blocks):
+    """decode_end leaves the running set's sums for the next plan_decode, which then scans only
+    what it admitted (kernels/decode.py, WI_AGG_*); step by step (naive_decode) every pass scans
+    the whole set. A sum off by one token moves a step's time by far more than the tolerance.
+    Under KV pressure (preemptions) and with ample memory, in every flow, on the polynomial and on
+    a table."""
+    cluster = {"decode_kv_blocks": decode_kv_blocks} if decode_kv_blocks else {}
+    base = _cell(n_d=2, c=24, flow=flow, **cluster)
+    spec = CellSpec(
+        cluster=base.cluster,
+        workload=WorkloadSpec(
+            isl=Dist("uniform", low=40, high=400),
+            osl=Dist("uniform", low=1, high=150),
+            prefix_groups=2,
+            prefix_ratio=0.5,
+            concurrency=24,
+        ),  # fmt: skip
+        profile=resolve_profile({"name": profile}),
+        policy=base.policy,
+    )
+    fast = _run(spec, requests=150, replicas=3)
+    naive = _run(spec, requests=150, replicas=3, naive_decode=True)
+    if decode_kv_blocks:
+        assert fast.replica["preemptions"].sum() > 0  # a preempting pass does not take the sums
     np.testing.assert_array_equal(fast.replica["preemptions"], naive.replica["preemptions"])
     for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms"):
         np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
