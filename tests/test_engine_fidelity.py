@@ -72,29 +72,34 @@ def test_preempted_requests_complete_exactly_once_and_blocks_never_overflow():
     assert (s["ttft_ms"] > 0).all()
 
 
-@pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
-def test_closed_form_decode_equals_step_by_step_under_preemption(flow):
-    spec = _cell(
-        n_d=2, c=16, isl=200, ratio=0.5, groups=2, flow=flow, profile=ProfileSpec(), decode_kv_blocks=24, osl=120
-    )
+def _fast_and_naive(flow, profile, c, requests, **cluster):
+    """A cell of mixed prompt and output lengths (two prefix groups, 1P/2D) run with the closed-form
+    decode and step by step (naive_decode); asserts that they agree and returns the first run."""
+    base = _cell(n_d=2, c=c, flow=flow, **cluster)
     spec = CellSpec(
-        cluster=spec.cluster,
+        cluster=base.cluster,
         workload=WorkloadSpec(
             isl=Dist("uniform", low=40, high=400),
             osl=Dist("uniform", low=1, high=150),
             prefix_groups=2,
             prefix_ratio=0.5,
-            concurrency=16,
+            concurrency=c,
         ),  # fmt: skip
-        profile=spec.profile,
-        policy=spec.policy,
+        profile=profile,
+        policy=base.policy,
     )
-    fast = _run(spec, requests=120, replicas=3)
-    naive = _run(spec, requests=120, replicas=3, naive_decode=True)
-    assert fast.replica["preemptions"].sum() > 0
+    fast = _run(spec, requests=requests, replicas=3)
+    naive = _run(spec, requests=requests, replicas=3, naive_decode=True)
     np.testing.assert_array_equal(fast.replica["preemptions"], naive.replica["preemptions"])
     for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms"):
         np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
+    return fast
+
+
+@pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
+def test_closed_form_decode_equals_step_by_step_under_preemption(flow):
+    fast = _fast_and_naive(flow, ProfileSpec(), 16, 120, decode_kv_blocks=24)
+    assert fast.replica["preemptions"].sum() > 0
 
 
 @pytest.mark.parametrize("flow", ["prefill_first", "decode_first", "aggregated"])
@@ -107,26 +112,9 @@ def test_passes_planned_from_decode_ends_sums_equal_step_by_step(flow, profile, 
     Under KV pressure (preemptions) and with ample memory, in every flow, on the polynomial and on
     a table."""
     cluster = {"decode_kv_blocks": decode_kv_blocks} if decode_kv_blocks else {}
-    base = _cell(n_d=2, c=24, flow=flow, **cluster)
-    spec = CellSpec(
-        cluster=base.cluster,
-        workload=WorkloadSpec(
-            isl=Dist("uniform", low=40, high=400),
-            osl=Dist("uniform", low=1, high=150),
-            prefix_groups=2,
-            prefix_ratio=0.5,
-            concurrency=24,
-        ),  # fmt: skip
-        profile=resolve_profile({"name": profile}),
-        policy=base.policy,
-    )
-    fast = _run(spec, requests=150, replicas=3)
-    naive = _run(spec, requests=150, replicas=3, naive_decode=True)
+    fast = _fast_and_naive(flow, resolve_profile({"name": profile}), 24, 150, **cluster)
     if decode_kv_blocks:
         assert fast.replica["preemptions"].sum() > 0  # a preempting pass does not take the sums
-    np.testing.assert_array_equal(fast.replica["preemptions"], naive.replica["preemptions"])
-    for k in ("ttft_ms", "e2e_ms", "itl_ms", "arrival_ms"):
-        np.testing.assert_allclose(fast.samples[k], naive.samples[k], rtol=1e-9, atol=1e-9)
 
 
 def test_kv_transfer_starts_at_the_decode_workers_next_pass_boundary():
