@@ -95,11 +95,10 @@ LOOKUP_MAX = 1024  # batch sizes past this (or past the axis's last node) search
 
 def batch_lookup(axis: np.ndarray) -> np.ndarray:
     """For each whole batch size b from 0 to the axis's last node (at most LOOKUP_MAX), at 2 b and
-    2 b + 1: the index i
-    of the interval [a_i, a_i+1] that kernels/timing.py's `bracket` uses for b (the last
-    i <= len(axis) - 2 with a_i <= b, 0 if none) and b's weight in it, (b - a_i) / (a_i+1 - a_i),
-    with bracket's arithmetic, so that reading it gives bracket's numbers to the bit (b = 0, which
-    no step or pass has, holds b = 1's pair)."""
+    2 b + 1: the index i of the interval [a_i, a_i+1] that kernels/timing.py's `bracket` uses for b
+    (the last i <= len(axis) - 2 with a_i <= b, 0 if none) and b's weight in it,
+    (b - a_i) / (a_i+1 - a_i), with bracket's arithmetic, so that reading it gives bracket's numbers
+    to the bit (b = 0, which no step or pass has, holds b = 1's pair)."""
     a = np.asarray(axis, dtype=np.float64)
     b = np.arange(max(1, min(int(a[-1]), LOOKUP_MAX)) + 1, dtype=np.float64)
     b[0] = 1.0
