@@ -19,8 +19,11 @@ from ._cache import keyed_cache_dir
 from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
 
-_JIT = numba.njit(cache=True, nogil=True, _nrt=False)
-_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+# error_model="numpy", the CUDA target's own: a division by zero gives inf, nan or 0 rather than
+# raising, so no test of the divisor precedes each division and modulo (the spec's checks keep the
+# divisors positive); bit-identical, and 3% faster on the reference cell (bench/NOTES.md)
+_JIT = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy")
+_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", error_model="numpy")
 
 
 # Two builds of the one source (source.build): the full one, and a lean one for cells with neither
