@@ -663,14 +663,102 @@ def window_opt(costs: np.ndarray, slots: int, *, windows_per_replica: int = 0) -
 Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
+_WHOLE_MAX = 2.0**40  # whole numbers below this sum exactly in float64, whatever the order
+
+
 @numba.njit(cache=True)
-def _window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, buf, ws):  # pragma: no cover
+def _flow_workspace(n: int, k: int) -> tuple:  # pragma: no cover
+    """_flow_opt's buffers for n decisions over k workers: worker of each decision, decisions per
+    worker, route costs, the move that ends each route."""
+    return np.empty(n, np.int64), np.empty(k, np.int64), np.empty(k), np.empty(k, np.int64)
+
+
+@numba.njit(cache=True)
+def _whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, step):  # pragma: no cover
+    """Whether every slot price of a window is the whole number f_blk[i, w] + max(s - t_blk[w], 0)
+    * a_blk[w]: Dynamo's router cost with no weight on tokens (omega 0, the decode choice's default
+    in prefill_first), finite token terms, and whole block loads, added blocks and counts, all >= 0
+    and small enough to sum exactly (_WHOLE_MAX)."""
+    if step.size > 0 or omega != 0.0:
+        return False
+    n, k = f_blk.shape
+    for w in range(k):
+        for x in (a_blk[w], t_blk[w]):
+            if not (x >= 0.0 and x == np.floor(x) and x * slots < _WHOLE_MAX):
+                return False
+        if not (np.isfinite(a_tok[w]) and np.isfinite(t_tok[w])):
+            return False
+    for i in range(n):
+        for w in range(k):
+            x = f_blk[i, w]
+            if not (x >= 0.0 and x == np.floor(x) and x < _WHOLE_MAX and np.isfinite(f_tok[i, w])):
+                return False
+    return True
+
+
+@numba.njit(cache=True)
+def _flow_opt(f, a, t, slots, fw):  # pragma: no cover
+    """OPT of a window whose price for decision i in worker w's slot s is f[i, w] + max(s - t[w],
+    0) * a[w] (_whole_block_prices), by successive shortest paths over the k workers: decisions
+    are placed one by one, each along the cheapest route (straight onto a worker, or onto one
+    whose decisions move on, Bellman-Ford over the workers: an optimal placement leaves no
+    cheaper cycle of moves) ending in some worker's next slot; the slots' prices grow, so each
+    worker fills its first ones. Any optimal assignment of whole prices sums to the same whole
+    number, so this is _assign_min_in's OPT to the bit, at a fraction of its time on windows of
+    near-equal rows (the tree search explores every tie; bench/NOTES.md)."""
+    n, k = f.shape
+    asg, load, dist, via = fw
+    load[:k] = 0
+    for i in range(n):
+        for w in range(k):
+            dist[w] = f[i, w]
+            via[w] = -1
+        for _ in range(k - 1):
+            changed = False
+            for r in range(i):
+                w1 = asg[r]
+                base = dist[w1] - f[r, w1]
+                for w2 in range(k):
+                    if w2 != w1 and base + f[r, w2] < dist[w2]:
+                        dist[w2] = base + f[r, w2]
+                        via[w2] = r
+                        changed = True
+            if not changed:
+                break
+        best, best_cost = -1, np.inf
+        for w in range(k):
+            if load[w] < slots:
+                c = dist[w] + max(load[w] - t[w], 0.0) * a[w]
+                if c < best_cost:
+                    best, best_cost = w, c
+        load[best] += 1
+        w = best
+        while via[w] >= 0:  # the route's moves, last first: decision r moves into w
+            r = via[w]
+            w, asg[r] = asg[r], w
+        asg[i] = w
+    total = 0.0
+    for i in range(n):
+        total += f[i, asg[i]]
+    for w in range(k):
+        for s in range(load[w]):
+            total += max(s - t[w], 0.0) * a[w]
+    return total
+
+
+@numba.njit(cache=True)
+def _window_opt(  # pragma: no cover
+    f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, buf, ws, fw
+):
     """OPT of one window under slot pricing, with the generic path's arithmetic: f (n, K), a and t
     (K,); buf (n, slots * K) and ws (_workspace) the caller's buffers. The price is Dynamo's
     router cost (router_cost) when `step` is empty, else step[b], the predicted step of a worker
     holding b blocks (predicted_step_ms tabulated over whole block counts: the decode_step and
     observed_step flavours). NaN when a price is not finite or a block count not a whole number
-    inside the table (the caller then takes the generic path, which names the window)."""
+    inside the table (the caller then takes the generic path, which names the window). Whole
+    block prices (_whole_block_prices) are solved over the workers (_flow_opt, buffers fw)."""
+    if _whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, step):
+        return _flow_opt(f_blk, a_blk, t_blk, slots, fw)
     n, k = f_tok.shape
     tabulated = step.size > 0
     ascend = True  # whether a worker's slots cost no less than the one before (_assign_min_in)
@@ -708,11 +796,11 @@ def _slot_router_opt_in(  # pragma: no cover
 ):
     _, n, k = f_tok.shape
     a = np.empty((n, slots * k))
-    ws = _workspace(n, slots * k)
+    ws, fw = _workspace(n, slots * k), _flow_workspace(n, k)
     no_table = np.empty(0)
     for w in range(lo, hi):
         prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
-        out[w] = _window_opt(*prices, slots, omega, block_size, no_table, a, ws)
+        out[w] = _window_opt(*prices, slots, omega, block_size, no_table, a, ws, fw)
 
 
 def _slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen):
@@ -751,7 +839,7 @@ def _slot_sums_in(  # pragma: no cover
     f_tok, f_blk = np.empty((n, k)), np.empty((n, k))
     a_tok, a_blk, t_tok, t_blk = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
     a = np.empty((n, slots * k))
-    ws = _workspace(n, slots * k)
+    ws, fw = _workspace(n, slots * k), _flow_workspace(n, k)
     for r in range(lo, hi):
         for wi in range(opt.shape[1]):
             bad = False  # a negative load, or a recorded block count off the step table
@@ -809,7 +897,9 @@ def _slot_sums_in(  # pragma: no cover
                 if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
                     a_tok[kk] = least_t
                     a_blk[kk] = least_b
-            opt[r, wi] = _window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, a, ws)
+            opt[r, wi] = _window_opt(
+                f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, a, ws, fw
+            )
 
 
 def slot_priced_opt(

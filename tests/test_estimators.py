@@ -86,6 +86,64 @@ def test_assignment_over_ascending_slots_scans_first_free_slots_to_the_same_bits
     assert not estimators._slots_ascend(np.array([[2.0, 0.0, 1.0, 0.0]]), 2)
 
 
+def _full_window_opt(f_blk, a_blk, t_blk, slots):
+    """A whole-block window's OPT the long way: its matrix built whole (slot-major), every column
+    scanned by the Hungarian solve."""
+    n, k = f_blk.shape
+    g = np.maximum(np.arange(slots)[:, None] - t_blk[None, :], 0.0) * a_blk[None, :]  # (slots, k)
+    a = np.ascontiguousarray(np.maximum(f_blk[:, None, :] + g[None], 0.0).reshape(n, slots * k))
+    return estimators._assign_min_in(a, estimators._workspace(n, slots * k), slots * k), a
+
+
+def test_whole_block_windows_solved_over_workers_equal_the_hungarian_to_the_bit():
+    """Router prices with no weight on tokens are whole block counts, f_blk[i, w] plus what slot s
+    of w adds; such windows are solved by shortest routes over the workers (_flow_opt), which must
+    give the Hungarian solve's OPT bit for bit: on windows of equal rows (the recorded windows of a
+    saturated cell), near-equal ones, and ones whose optimum moves earlier decisions."""
+    rng = np.random.default_rng(21)
+    checked = moved = 0
+    for _ in range(4000):
+        n, k = int(rng.integers(1, 11)), int(rng.integers(1, 7))
+        slots = int(rng.integers(-(-n // k), n + 2))
+        kind = rng.integers(0, 3)
+        if kind == 0:  # every decision saw the same loads
+            f_blk = np.repeat(rng.integers(0, 9, (1, k)) * 64.0, n, axis=0)
+        elif kind == 1:  # near-equal rows: many ties
+            f_blk = rng.integers(0, 9, (1, k)) * 64.0 + rng.integers(0, 3, (n, k)) * 64.0
+        else:
+            f_blk = rng.integers(0, 500, (n, k)).astype(np.float64)
+        a_blk = rng.integers(0, 70, k).astype(np.float64)
+        t_blk = rng.integers(0, 4, k).astype(np.float64)
+        f_tok, a_tok, t_tok = rng.uniform(0, 9000, (n, k)), rng.integers(0, 4000, k) * 1.0, t_blk.copy()
+        assert estimators._whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, 0.0, np.empty(0))
+        want, a = _full_window_opt(f_blk, a_blk, t_blk, slots)
+        buf, ws, fw = np.empty((n, slots * k)), estimators._workspace(n, slots * k), estimators._flow_workspace(n, k)
+        got = estimators._window_opt(
+            f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, 0.0, 64.0, np.empty(0), buf, ws, fw
+        )
+        assert got == want
+        r, col = linear_sum_assignment(a)
+        assert got == float(a[r, col].sum())
+        greedy = sum(f_blk[i].min() for i in range(n))  # each decision alone on its cheapest worker
+        moved += got > greedy and kind == 2
+        checked += 1
+    assert checked == 4000 and moved > 100
+    # two workers; the second decision is cheapest where the first went, which then moves: OPT 1
+    f = np.array([[0.0, 1.0], [0.0, 10.0]])
+    args = (f, f, np.full(2, 100.0), np.full(2, 100.0), np.zeros(2), np.zeros(2), 2, 0.0, 64.0, np.empty(0))
+    assert (
+        estimators._window_opt(*args, np.empty((2, 4)), estimators._workspace(2, 4), estimators._flow_workspace(2, 2))
+        == 1.0
+    )
+    # a weight on tokens, a fractional or negative load, or a step table: not whole block prices
+    z, one = np.zeros((1, 2)), np.ones(2)
+    assert not estimators._whole_block_prices(z, z, one, one, one, one, 2, 1.0, np.empty(0))
+    assert not estimators._whole_block_prices(z, z + 0.5, one, one, one, one, 2, 0.0, np.empty(0))
+    assert not estimators._whole_block_prices(z, z - 1.0, one, one, one, one, 2, 0.0, np.empty(0))
+    assert not estimators._whole_block_prices(z, z, one, one, one, one, 2, 0.0, np.ones(3))
+    assert not estimators._whole_block_prices(z + np.inf, z, one, one, one, one, 2, 0.0, np.empty(0))
+
+
 def test_window_opt_rejects_too_few_slots():
     with pytest.raises(ValueError):
         window_opt(np.ones((1, 5, 2)), 2)
