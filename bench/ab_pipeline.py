@@ -8,6 +8,10 @@ and prints per run the wall from the child's first line to its exit, the process
 kernels' busy time (the sum of `kernels.cpu.run_batch` calls), then the means and the change:
 
     python bench/ab_pipeline.py COMMIT [--rounds 4] [--replicas 2560] [--samples none]
+    python bench/ab_pipeline.py COMMIT --grid paper-70b-1p5d [--set 'run.samples="none"']
+
+--grid runs a grid file or built-in preset instead of bench_pipeline.py's reference cell, with
+any --set overrides.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ DRIVER = r"""
 import sys, time
 t0, c0 = time.perf_counter(), time.process_time()
 root, grid, out = sys.argv[1:4]
+sets = sys.argv[4:]
 if root:
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, root)
@@ -43,7 +48,7 @@ def timed(*a, **k):
         busy[0] += time.perf_counter() - s
 cpu.run_batch = timed
 from poa_mc.cli.main import main
-sys.argv = ["poa-mc", "run", "--grid", grid, "-q", "--out", out]
+sys.argv = ["poa-mc", "run", "--grid", grid, "-q", "--out", out, *sets]
 try:
     main(standalone_mode=False)
 except SystemExit as e:
@@ -51,17 +56,16 @@ except SystemExit as e:
         raise
 wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
 from pathlib import Path
-simulated = json.loads(next((Path(out) / "meta").glob("*.json")).read_text())["simulated"]
+simulated = sum(json.loads(f.read_text())["simulated"] for f in (Path(out) / "meta").glob("*.json"))
 print(json.dumps({"wall": wall, "cpu": cpu_s, "kernels": busy[0], "simulated": simulated}))
 """
 
 
-def run_once(root: str, grid: Path, out: Path, env: dict) -> dict:
+def run_once(root: str, grid: str, out: Path, env: dict, sets: list[str]) -> dict:
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, root, str(grid), str(out)], env=env, capture_output=True, text=True
-    )
+    cmd = [sys.executable, "-c", DRIVER, root, grid, str(out), *sets]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"a run failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -73,24 +77,29 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--replicas", type=int, default=2560)
     ap.add_argument("--samples", default="none")
+    ap.add_argument("--grid", default=None, help="a grid file or built-in preset instead of the reference cell")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE, passed to poa-mc run (repeatable)")
     a = ap.parse_args()
+    sets = [x for kv in a.set for x in ("--set", kv)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         old_root = str(export(a.commit, tmp / "old"))
-        grid = tmp / "grid.toml"
-        grid.write_text(GRID.format(replicas=a.replicas, samples=a.samples))
+        grid = a.grid
+        if grid is None:
+            grid = str(tmp / "grid.toml")
+            Path(grid).write_text(GRID.format(replicas=a.replicas, samples=a.samples))
         sides = {
             a.commit: (old_root, {**os.environ, "NUMBA_CACHE_DIR": str(tmp / "numba")}),
             "this": ("", dict(os.environ)),
         }
         for root, env in sides.values():  # warm-up: compiles what a side's cache lacks
-            run_once(root, grid, tmp / "out", env)
+            run_once(root, grid, tmp / "out", env, sets)
         runs: dict[str, list[dict]] = {name: [] for name in sides}
         for i in range(a.rounds):
             order = list(sides) if i % 2 == 0 else list(sides)[::-1]
             for name in order:
                 root, env = sides[name]
-                r = run_once(root, grid, tmp / "out", env)
+                r = run_once(root, grid, tmp / "out", env, sets)
                 runs[name].append(r)
                 print(
                     f"round {i + 1} {name}: wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, kernels {r['kernels']:.2f} s"
