@@ -719,18 +719,19 @@ def _flow_opt(f, a, t, slots, fw):  # pragma: no cover
                 w1 = asg[r]
                 base = dist[w1] - f[r, w1]
                 for w2 in range(k):
-                    if w2 != w1 and base + f[r, w2] < dist[w2]:
-                        dist[w2] = base + f[r, w2]
-                        via[w2] = r
-                        changed = True
+                    nd = base + f[r, w2]
+                    better = (nd < dist[w2]) & (w2 != w1)
+                    dist[w2] = nd if better else dist[w2]
+                    via[w2] = r if better else via[w2]
+                    changed |= better
             if not changed:
                 break
         best, best_cost = -1, np.inf
         for w in range(k):
-            if load[w] < slots:
-                c = dist[w] + max(load[w] - t[w], 0.0) * a[w]
-                if c < best_cost:
-                    best, best_cost = w, c
+            c = dist[w] + max(load[w] - t[w], 0.0) * a[w] if load[w] < slots else np.inf
+            better = c < best_cost
+            best = w if better else best
+            best_cost = c if better else best_cost
         load[best] += 1
         w = best
         while via[w] >= 0:  # the route's moves, last first: decision r moves into w
