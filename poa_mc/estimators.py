@@ -734,7 +734,9 @@ def _flow_opt(f, a, t, slots, fw):  # pragma: no cover
             best_cost = c if better else best_cost
         load[best] += 1
         w = best
-        while via[w] >= 0:  # the route's moves, last first: decision r moves into w
+        for _ in range(k):  # the route's moves, last first: decision r moves into w (k at most)
+            if via[w] < 0:
+                break
             r = via[w]
             w, asg[r] = asg[r], w
         asg[i] = w
