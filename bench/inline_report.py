@@ -3,7 +3,7 @@ reads the final IR of its replica loop.
 
     python bench/inline_report.py [--threshold N]
 
---threshold overrides kernels/cpu.INLINE_THRESHOLD for this compile (250 is LLVM's -O3 default).
+--threshold overrides kernels/cpu.INLINE_THRESHOLD["lean"] for this compile (250 is LLVM's -O3 default).
 Prints the compile time, how many functions the loop's module still defines (each one a call
 that marshals its array arguments) and the callees with the most call sites.
 """
@@ -51,7 +51,7 @@ def main() -> None:
     from poa_mc.engine import simulate
 
     if args.threshold is not None:
-        cpu.INLINE_THRESHOLD = args.threshold
+        cpu.INLINE_THRESHOLD["lean"] = args.threshold
     t0 = time.perf_counter()
     simulate(reference_cell(), replicas=1, requests=50, warmup=0, seed=1, stream=0, parallel=False)
     compile_s = time.perf_counter() - t0
@@ -59,7 +59,7 @@ def main() -> None:
     defined = set(re.findall(r'^define [^@]*@"?([^"(]+)"?\(', ir, re.M))
     calls = Counter(c for c in re.findall(r'call [^@]*@"?([^"(]+)"?\(', ir) if c in defined)
     short = {name: _readable(name) for name in defined}
-    print(f"inline threshold {cpu.INLINE_THRESHOLD}: compile {compile_s:.1f} s (lean build, empty cache)")
+    print(f"inline threshold {cpu.INLINE_THRESHOLD['lean']}: compile {compile_s:.1f} s (lean build, empty cache)")
     print(f"functions defined in _run_lean's module: {len(defined)}; call sites to them: {sum(calls.values())}")
     for name, n in calls.most_common(args.top):
         print(f"  {n:4d}  {short[name][:100]}")

@@ -108,14 +108,16 @@ def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: fl
 
 _compiled: set[str] = set()
 
-# LLVM's inliner budget while the replica drivers compile (its -O3 default is 250). At 250 the
-# lean loop's module keeps 41 functions with 155 call sites (the clamped time span alone 19, the
-# cache's acquire 5, the controller's tick 4), and every call marshals a dozen array arguments; at
-# INLINE_THRESHOLD it keeps 19, NRT's reference counts and the loop itself among them
-# (bench/inline_report.py lists them). Measured in bench/NOTES.md (speed, compile time). It is part of the
-# cached code's key: this file is hashed into the cache directory's name (_cache.py), so a change
-# of it never loads code built under another budget.
-INLINE_THRESHOLD = 3000
+# LLVM's inliner budget while the replica drivers compile (its -O3 default is 250), per build. At
+# 250 the lean loop's module keeps 41 functions with 155 call sites (the clamped time span alone
+# 19, the cache's acquire 5, the controller's tick 4), and every call marshals a dozen array
+# arguments; at 3000 it keeps 18, at 6000 8 (NRT's reference counts, the loop itself and a
+# clamped span among them; bench/inline_report.py lists them). The lean build, which runs every
+# cell without lower tiers or a trace, takes 6000: 2-6% faster than at 3000 for 5% more compile
+# time; the full build's compile grew 10% for it, and it keeps 3000. Measured in bench/NOTES.md.
+# It is part of the cached code's key: this file is hashed into the cache directory's name
+# (_cache.py), so a change of it never loads code built under another budget.
+INLINE_THRESHOLD = {"lean": 6000, "full": 3000}
 
 
 @contextmanager
@@ -172,7 +174,7 @@ def run_batch(
         ip1[P_N] = 1
         ip1[P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
-        with _inliner_budget(INLINE_THRESHOLD):
+        with _inliner_budget(INLINE_THRESHOLD[variant]):
             _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
