@@ -685,9 +685,12 @@ def simulate(
         # without PoA-hat, bench/NOTES.md); here every row is read once, its fields to contiguous
         # arrays of the same dtype and values
         nr, n = of.shape[0], of.shape[1]
-        f_dense, i_dense = np.empty((len(f_names), nr, n)), np.empty((len(i_names), nr, n), dtype=np.int32)
-        _scatter_fields(of, f_src, f_dense, 0, n)
-        _scatter_fields(oi, i_src, i_dense, 0, n)
+        if kept == n:  # keep_samples just gathered them into the kept samples' blocks
+            f_dense, i_dense = f_block[:, r0 : r0 + nr], i_block[:, r0 : r0 + nr]
+        else:
+            f_dense, i_dense = np.empty((len(f_names), nr, n)), np.empty((len(i_names), nr, n), dtype=np.int32)
+            _scatter_fields(of, f_src, f_dense, 0, n)
+            _scatter_fields(oi, i_src, i_dense, 0, n)
         return reduce({**cols, **dict(zip(f_names, f_dense)), **dict(zip(i_names, i_dense))}, rep_b, logs_b)
 
     try:
