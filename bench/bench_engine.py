@@ -6,6 +6,10 @@ requests per wall second (compile excluded, reported apart), peak memory and sta
 replica, and appends a row to bench/RESULTS.md with --record.
 
     python bench/bench_engine.py [--replicas 256] [--requests 2000] [--backend cpu] [--record]
+    python bench/bench_engine.py --streamed tally   # batches as `poa-mc run` streams them, tallied
+
+--streamed plain / tally: the kernels' cost of the replicas' tally (kernels/tally.py), in batches
+of `poa-mc run`'s size handed to a reducer that does nothing.
 """
 
 from __future__ import annotations
@@ -56,6 +60,13 @@ def main() -> int:
     ap.add_argument("--serial", action="store_true", help="one thread (steadier for A/B comparisons)")
     ap.add_argument("--decode-kv-blocks", type=int, default=None, help="e.g. 1200: a cell under KV pressure")
     ap.add_argument("--profile", default=None, help="a built-in profile instead of dynamo-mocker, e.g. an aic table")
+    ap.add_argument(
+        "--streamed",
+        choices=("off", "plain", "tally"),
+        default="off",
+        help="as `poa-mc run` streams: batches handed to a reducer that does nothing, nothing kept; "
+        "'tally' adds the kernels' tally of each replica (kernels/tally.py), 'plain' leaves it out",
+    )
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
     spec = reference_cell(n_p, n_d, a.concurrency)
@@ -80,6 +91,8 @@ def main() -> int:
     )
     if a.serial:
         kw["parallel"] = False
+    if a.streamed != "off":
+        kw.update(keep=0, reduce=lambda cols, rep, logs: {}, tally=a.streamed == "tally")
     first = simulate(spec, **kw)
     walls = [first.wall_s] + [simulate(spec, **kw).wall_s for _ in range(a.repeat - 1)]
     wall = sorted(walls)[len(walls) // 2]
@@ -87,6 +100,7 @@ def main() -> int:
     rate = simulated / wall
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     threads = os.environ.get("NUMBA_NUM_THREADS", str(os.cpu_count()))
+    about = f"streamed ({a.streamed})" if a.streamed != "off" else f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms"
     line = (
         f"{a.topology} C={a.concurrency} {a.replicas}x{a.requests}(+{a.warmup}) "
         f"backend={'cpu (serial)' if a.serial else first.device}"
@@ -95,8 +109,7 @@ def main() -> int:
         + ": "
         f"{simulated} requests in {wall:.3f} s (median of {len(walls)}) = {rate:,.0f} simulated req/s; "
         f"compile {first.compile_s:.1f} s; peak RSS {peak_mib:.0f} MiB; "
-        f"state {first.state_bytes_per_replica} B/replica; "
-        f"ttft mean {first.samples['ttft_ms'].mean():.1f} ms; "
+        f"state {first.state_bytes_per_replica} B/replica; {about}; "
         f"{first.replica['events'].sum() / simulated:.2f} events/request"
     )
     if "preemptions" in first.replica:  # older commits (bench/at_commit.py) have no such counter

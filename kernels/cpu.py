@@ -16,7 +16,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from poa_mc import threads
 
 from ._cache import keyed_cache_dir
-from .layout import P_G2CAP, P_N, P_TRACE, P_WARM, TRACE_NONE
+from .layout import P_G2CAP, P_N, P_TALLY, P_TRACE, P_WARM, TRACE_NONE
 from .source import build
 
 # error_model="numpy", the CUDA target's own: a division by zero gives inf, nan or 0 rather than
@@ -37,17 +37,20 @@ _JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", er
 with keyed_cache_dir("cpu"):
     _K = build(_JIT, _JIT_INLINE)
     _simulate_full = _K.simulate_replica
+    _tally_full = _K.tally_rows
 
     @numba.njit(cache=True, nogil=True)
     def _run_full(
-        r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-        out_i, cand,
+        r0, r1, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
+        out_f, out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
         for r in range(r0, r1):
             _simulate_full(
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand,
             )  # fmt: skip
+            if ip[P_TALLY] == 1:  # while the replica's rows are in cache
+                _tally_full(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
 
 
 def _named_apart(jit, tag: str):
@@ -63,19 +66,27 @@ def _named_apart(jit, tag: str):
 
 
 with keyed_cache_dir("cpu-lean"):
-    _simulate_lean = build(_named_apart(_JIT, "lean"), _named_apart(_JIT_INLINE, "lean"), lean=True).simulate_replica
+    _L = build(_named_apart(_JIT, "lean"), _named_apart(_JIT_INLINE, "lean"), lean=True)
+    _simulate_lean = _L.simulate_replica
+    _tally_lean = _L.tally_rows
 
     @numba.njit(cache=True, nogil=True)
     def _run_lean(
-        r0, r1, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-        out_i, cand,
+        r0, r1, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
+        out_f, out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
         for r in range(r0, r1):
             _simulate_lean(
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand,
             )  # fmt: skip
+            if ip[P_TALLY] == 1:
+                _tally_lean(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
 
+
+# the host's tally of requests' columns (samples read back, a stand-in engine's results):
+# poa_mc.accumulate, through the kernels' own tally_one
+tally_columns = _K.tally.tally_columns
 
 with keyed_cache_dir("cpu"):
     _pass_prefill_ms = _K.timing.pass_prefill_ms
@@ -154,18 +165,26 @@ def _alloc(shapes: dict, n: int) -> dict:
     return {name: _zeros((n, *shape), dtype) for name, (shape, dtype) in shapes.items()}
 
 
-def _call(ip, fp, tabs, a, n, r0=0) -> None:
+def _call(ip, fp, tabs, edges, a, n, r0=0) -> None:
     (_run_lean if lean(ip) else _run_full)(
-        r0, n, ip, fp, tabs, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"], a["run"],
-        a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"],
+        r0, n, ip, fp, tabs, edges, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"],
+        a["run"], a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"], a["tally_f"],
+        a["tally_h"],
     )  # fmt: skip
 
 
 def run_batch(
-    ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int, parallel: bool = True
+    ip: np.ndarray,
+    fp: np.ndarray,
+    tabs: np.ndarray,
+    edges: np.ndarray,
+    shapes: dict,
+    n: int,
+    parallel: bool = True,
 ) -> tuple[dict, float]:
-    """Allocate state for n replicas, simulate them, return (arrays, seconds spent compiling).
-    parallel=False runs on one thread (results are the same either way)."""
+    """Allocate state for n replicas, simulate them (and tally them, with ip[P_TALLY]), return
+    (arrays, seconds spent compiling). parallel=False runs on one thread (results are the same
+    either way)."""
     compile_s = 0.0
     variant = "lean" if lean(ip) else "full"
     if variant not in _compiled:
@@ -175,7 +194,7 @@ def run_batch(
         ip1[P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
         with _inliner_budget(INLINE_THRESHOLD[variant]):
-            _call(ip1, fp, tabs, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
+            _call(ip1, fp, tabs, edges, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
     a = _alloc(shapes, n)
@@ -184,13 +203,13 @@ def run_batch(
     if n_threads == 1:
         # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
         # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
-        _call(ip, fp, tabs, a, n)
+        _call(ip, fp, tabs, edges, a, n)
         return a, compile_s
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
     pool = threads.pool("kernels", n_threads)
-    jobs = [pool.submit(_call, ip, fp, tabs, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
+    jobs = [pool.submit(_call, ip, fp, tabs, edges, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
     try:
         pending = set(jobs)
         while pending:

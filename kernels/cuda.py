@@ -20,7 +20,7 @@ if not hasattr(np, "row_stack"):
 from numba import cuda  # noqa: E402
 
 from ._cache import keyed_cache_dir  # noqa: E402
-from .layout import OUTPUT_NAMES, STATE_NAMES  # noqa: E402
+from .layout import OUTPUT_NAMES, P_TALLY, STATE_NAMES  # noqa: E402
 from .source import build  # noqa: E402
 
 THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
@@ -28,11 +28,12 @@ THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB 
 with keyed_cache_dir("cuda"):
     _K = build(cuda.jit(device=True))
     _simulate_replica = _K.simulate_replica
+    _tally_rows = _K.tally_rows
 
     @cuda.jit(cache=True)
     def _run_kernel(
-        n, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f, out_i,
-        cand,
+        n, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
+        out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
         r = cuda.grid(1)
         if r < n:
@@ -40,10 +41,13 @@ with keyed_cache_dir("cuda"):
                 r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
                 out_i, cand,
             )  # fmt: skip
+            if ip[P_TALLY] == 1:  # on the device: only the tallies need come back for the summary
+                _tally_rows(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
 
 
 _NAMES = STATE_NAMES + OUTPUT_NAMES  # the kernel's argument order
-_RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand")  # the rest of the state stays on the device
+# the rest of the state stays on the device
+_RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand", "tally_f", "tally_h")
 _compiled = False
 last_kernel_s = 0.0  # device time of the last launch (CUDA events), for the benchmarks
 
@@ -79,7 +83,13 @@ def _zero(arr) -> None:
 
 
 def run_batch(
-    ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, shapes: dict, n: int, parallel: bool = True
+    ip: np.ndarray,
+    fp: np.ndarray,
+    tabs: np.ndarray,
+    edges: np.ndarray,
+    shapes: dict,
+    n: int,
+    parallel: bool = True,
 ) -> tuple[dict, float]:
     """Simulate n replicas on the GPU; returns (host arrays in logical layout, seconds compiling)."""
     global _compiled
@@ -87,14 +97,14 @@ def run_batch(
     for name in _NAMES:
         shape, dtype = shapes[name]
         _, views[name] = _device_array(shape, dtype, n)
-    d_ip, d_fp, d_tabs = (cuda.to_device(x) for x in (ip, fp, tabs))
+    d_ip, d_fp, d_tabs, d_edges = (cuda.to_device(x) for x in (ip, fp, tabs, edges))
     compile_s = 0.0
     tpb = int(os.environ.get("POA_MC_CUDA_TPB", THREADS_PER_BLOCK))
     blocks = max(1, -(-n // tpb))
     args = [views[k] for k in _NAMES]
     if not _compiled:
         t0 = time.perf_counter()
-        _run_kernel[1, 1](0, d_ip, d_fp, d_tabs, *args)
+        _run_kernel[1, 1](0, d_ip, d_fp, d_tabs, d_edges, *args)
         cuda.synchronize()
         compile_s = time.perf_counter() - t0
         _compiled = True
@@ -103,7 +113,7 @@ def run_batch(
     if start is not None:
         start.record()
     t0 = time.perf_counter()
-    _run_kernel[blocks, tpb](n, d_ip, d_fp, d_tabs, *args)
+    _run_kernel[blocks, tpb](n, d_ip, d_fp, d_tabs, d_edges, *args)
     if stop is not None:
         stop.record()
         stop.synchronize()

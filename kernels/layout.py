@@ -49,12 +49,14 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
   out_i int32 (R, N, NOI)       measured request outputs, indices OI_*
   cand  float64 (R, N, W, 2)    router view per candidate worker (global index): [tokens, blocks],
                                 the prefill stage in columns 0..NP-1, the decode stage in NP..
+  tally_f, tally_h              with P_TALLY, each replica's tally of its requests (kernels/tally.py,
+                                where they and their input `edges` are laid out); else (R, 1), (R, 1, 1)
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 All of them start zeroed (kernels/cpu.py, kernels/cuda.py).
 """
 
 STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
-OUTPUT_NAMES = ("out_f", "out_i", "cand")
+OUTPUT_NAMES = ("out_f", "out_i", "cand", "tally_f", "tally_h")
 
 # ---- integer parameters (ip) ----
 P_NP = 0  # prefill workers (0 in aggregated)
@@ -123,7 +125,8 @@ P_DEDUP = 63  # 1: cluster.router_blocks = "dynamo" (kernels/router.py): where t
 #               counts a block its in-flight requests on a worker share once (per group, wk_i's WI_RG
 #               columns); a disaggregated prefill router books no blocks
 P_BSHIFT = 64  # log2(block size) + 1 when it is a power of two, else 0 (blocks.py: block counts by shifts)
-NP_I = 65
+P_TALLY = 65  # 1: each replica's requests are tallied as it ends (kernels/tally.py)
+NP_I = 66
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -245,7 +248,9 @@ F_G4_MS = 53  # tiers: ms to copy one block over a prefill worker's link to G4
 # at len(fp).
 F_TB_DN = 54  # decode batch axis (F_TB_DB)
 F_TB_PN = 55  # prefill attention batch axis (F_TB_PB)
-NF_P = 56
+F_SLO_TTFT = 56  # tally: the [slo] TTFT bound, ms (<= 0: none)
+F_SLO_ITL = 57  # tally: the [slo] ITL bound, ms (<= 0: none)
+NF_P = 58
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only

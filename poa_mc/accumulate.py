@@ -1,6 +1,9 @@
 """Per-replica accumulators: what the summary needs from a cell's measured requests, one row per
 replica, computed as each batch of replicas leaves the kernels (the requests themselves are kept
-only as far as `[run] samples` asks).
+only as far as `[run] samples` asks). The per-request numbers (counts, sums, extremes, the SLO
+count, histograms) come from the kernels' tally of each replica (kernels/tally.py), made on the
+simulating target, or from the same tally code run here over requests' columns; PoA-hat's window
+sums are worked out here from the recorded candidates.
 
 Every interval poa-mc reports is taken across replicas, so a replica's requests enter the summary
 only through these numbers. The table below is the one definition of the accumulator row
@@ -38,13 +41,12 @@ import numpy as np
 
 from poa_mc import sketch
 from poa_mc.estimators import PoaHat, poa_hat_from_candidates
+from poa_mc.kernels import layout as L
+from poa_mc.kernels import tally as T
 from poa_mc.spec import ClusterSpec, ProfileSpec
 
-SUMMED = (
-    "ttft_ms", "e2e_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl", "prompt_blocks", "cached_blocks",
-    "cached_g2", "cached_g3", "cached_g4",
-)  # fmt: skip
-SKETCHED = ("ttft_ms", "e2e_ms", "itl_ms")
+SUMMED = T.SUMMED
+SKETCHED = tuple(f"{m}_ms" for m in T.SKETCHED)
 ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8  # a replica's row: histograms and ~64 numbers
 POA_KEYS = ("stage", "window", "slots", "cost", "overlap_weight", "freeze", "pricing")
 SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
@@ -74,38 +76,30 @@ def accumulate(
     """The accumulator rows (module table) of R replicas.
 
     cols: the measured requests' arrays, (R, N) each, candidates (R, N, W) included when recorded
-    (SimResult.samples and .candidates in one dict); replica: SimResult.replica; spec: the cell's
-    spec as a dict (cells.parquet's spec_json); logs: SimResult.extra's switch_log / move_log.
+    (SimResult.samples and .candidates in one dict), and the kernels' tallies of them when the
+    engine made them ("tally_f", "tally_h", "tally_slo": poa_mc.engine.simulate's tally=True);
+    replica: SimResult.replica; spec: the cell's spec as a dict (cells.parquet's spec_json);
+    logs: SimResult.extra's switch_log / move_log.
     """
-    ttft = _dense(cols["ttft_ms"])
-    r, n = ttft.shape
-    acc: dict[str, np.ndarray] = {"n": np.full(r, n, dtype=np.int64)}
-    osl = _dense(cols["osl"])
-    gaps = np.maximum(osl - 1, 0)
-    for name in SUMMED:
-        if name in cols:
-            acc[f"sum_{name}"] = _dense(cols[name]).sum(axis=1)
-    itl = _dense(cols["itl_ms"])
-    acc["sum_itl_gaps"] = (itl * gaps).sum(axis=1)
-    acc["sum_gaps"] = gaps.sum(axis=1)
-    has_gap = gaps > 0
-    acc["n_itl"] = has_gap.sum(axis=1).astype(np.int64)
-    acc["slo_met"] = _slo_met(slo or {}, ttft, itl, gaps)
-    if "arrival_ms" in cols:
-        arrival = _dense(cols["arrival_ms"])
-        acc["first_arrival_ms"], acc["last_arrival_ms"] = arrival.min(axis=1), arrival.max(axis=1)
-    for name in SKETCHED:
-        x = ttft if name == "ttft_ms" else itl if name == "itl_ms" else _dense(cols[name])
-        keep = has_gap if name == "itl_ms" else None  # ITL quantiles: requests with a gap to time
-        m = name.removesuffix("_ms")
-        masked_lo = np.where(keep, x, np.inf) if keep is not None else x
-        masked_hi = np.where(keep, x, -np.inf) if keep is not None else x
-        acc[f"min_{m}"] = masked_lo.min(axis=1)
-        acc[f"max_{m}"] = masked_hi.max(axis=1)
-        acc[f"hist_{m}"] = sketch.histograms(x, keep)
+    tally_f, tally_h, present = _tally(cols, slo)
+    acc: dict[str, np.ndarray] = {"n": tally_f[:, T.TF_N].astype(np.int64)}
+    for j, name in enumerate(T.SUMMED):
+        if name in present:
+            acc[f"sum_{name}"] = tally_f[:, T.TF_SUM + j].copy()
+    acc["sum_itl_gaps"] = tally_f[:, T.TF_SUM_ITL_GAPS].copy()
+    acc["sum_gaps"] = tally_f[:, T.TF_SUM_GAPS].copy()
+    acc["n_itl"] = tally_f[:, T.TF_N_ITL].astype(np.int64)
+    acc["slo_met"] = tally_f[:, T.TF_SLO_MET].astype(np.int64)
+    if "arrival_ms" in present:
+        acc["first_arrival_ms"] = tally_f[:, T.TF_FIRST_ARR].copy()
+        acc["last_arrival_ms"] = tally_f[:, T.TF_LAST_ARR].copy()
+    for h, m in enumerate(T.SKETCHED):
+        acc[f"min_{m}"] = tally_f[:, T.TF_MIN + h].copy()
+        acc[f"max_{m}"] = tally_f[:, T.TF_MAX + h].copy()
+        acc[f"hist_{m}"] = np.ascontiguousarray(tally_h[:, h])
     actual, opt, windows = poa_hat_sums(cols, spec, poa)
     acc["poa_actual"], acc["poa_opt"] = actual, opt
-    acc["poa_windows"] = np.full(r, windows, dtype=np.int64)
+    acc["poa_windows"] = np.full(tally_f.shape[0], windows, dtype=np.int64)
     for name, arr in replica.items():
         arr = np.asarray(arr)
         if arr.ndim == 1:
@@ -118,24 +112,47 @@ def accumulate(
     return acc
 
 
-def _dense(x: np.ndarray) -> np.ndarray:
-    """A per-request column as a C-ordered float64 array: numpy's pairwise sums then add in one
-    order whatever layout the kernels' outputs came in (a strided view, a device copy), so a
-    replica's sums are the same bits on either target and in any batch."""
-    return np.ascontiguousarray(x, dtype=np.float64)
+# the request fields a tally reads, in the order of kernels/tally.py's tally_one
+TALLIED = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl",
+           "prompt_blocks", "cached_blocks", "cached_g2", "cached_g3", "cached_g4")  # fmt: skip
+_TALLY_CHUNK = 64  # replicas whose columns are stacked at a time for the host's tally
 
 
-def _slo_met(slo: dict[str, Any], ttft: np.ndarray, itl: np.ndarray, gaps: np.ndarray) -> np.ndarray:
-    """Requests within every bound of [slo] (-1 throughout without one)."""
-    bound_ttft, bound_itl = float(slo.get("ttft_ms", 0.0)), float(slo.get("itl_ms", 0.0))
-    if bound_ttft <= 0 and bound_itl <= 0:
-        return np.full(ttft.shape[0], -1, dtype=np.int64)
-    ok = np.ones(ttft.shape, dtype=bool)
-    if bound_ttft > 0:
-        ok &= ttft <= bound_ttft
-    if bound_itl > 0:
-        ok &= (gaps == 0) | (itl <= bound_itl)  # a one-token answer has no inter-token gap to miss
-    return ok.sum(axis=1).astype(np.int64)
+def _slo_bounds(slo: dict[str, Any] | None) -> tuple[float, float]:
+    slo = slo or {}
+    return float(slo.get("ttft_ms", 0.0)), float(slo.get("itl_ms", 0.0))
+
+
+def tally_params(slo: dict[str, Any] | None) -> np.ndarray:
+    """The kernels' float parameters as far as a tally reads them (the [slo] bounds)."""
+    fp = np.zeros(L.NF_P)
+    fp[L.F_SLO_TTFT], fp[L.F_SLO_ITL] = _slo_bounds(slo)
+    return fp
+
+
+def _tally(cols: dict[str, np.ndarray], slo: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """(tally_f, tally_h, the tallied fields present): the kernels' tallies when the engine made
+    them, else the same numbers from the columns by the kernels' own code (kernels/tally.py)."""
+    if "tally_f" in cols:
+        made = tuple(float(b) for b in cols["tally_slo"])
+        if made != _slo_bounds(slo):
+            raise ValueError(f"the kernels tallied against SLO bounds {made}, this reduction has {_slo_bounds(slo)}")
+        return np.asarray(cols["tally_f"]), np.asarray(cols["tally_h"]), set(TALLIED)
+    from poa_mc.kernels.cpu import tally_columns
+
+    r, n = np.shape(cols["ttft_ms"])
+    present = {name for name in TALLIED if name in cols}
+    fp = tally_params(slo)
+    tally_f = np.empty((r, T.NTF))
+    tally_h = np.zeros((r, len(T.SKETCHED), sketch.NBINS), dtype=np.int32)
+    for lo in range(0, r, _TALLY_CHUNK):
+        hi = min(r, lo + _TALLY_CHUNK)
+        stack = np.zeros((len(TALLIED), hi - lo, n))
+        for k, name in enumerate(TALLIED):
+            if name in present:
+                stack[k] = cols[name][lo:hi]
+        tally_columns(fp, sketch.EDGES, stack, tally_f[lo:hi], tally_h[lo:hi])
+    return tally_f, tally_h, present
 
 
 def poa_hat_sums(

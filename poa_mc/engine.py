@@ -73,8 +73,9 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from poa_mc import threads
+from poa_mc import sketch, threads
 from poa_mc.kernels import layout as L
+from poa_mc.kernels import tally
 from poa_mc.spec import REGIMES, CellSpec, Dist, ProfileSpec, SpecError
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
@@ -98,6 +99,11 @@ _ADDED = {
     "decode_added_tokens": L.OI_DADD_T,
     "decode_added_blocks": L.OI_DADD_B,
 }
+# the per-request fields poa_mc.accumulate.poa_hat_sums reads (besides the candidates): with the
+# kernels' tallies, the only ones a batch's reduction gathers
+POA_HAT_FIELDS = frozenset(
+    {"ttft_ms", "e2e_ms", "arrival_ms", "decode_decided_ms", "isl", "prefill_worker", "decode_worker", *_ADDED}
+)
 
 
 _log = logging.getLogger(__name__)
@@ -470,6 +476,8 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "out_f": ((requests, L.NOF), np.float64),
         "out_i": ((requests, L.NOI), np.int32),
         "cand": ((requests, n_workers, 2) if record else (1, 1, 2), np.float64),
+        "tally_f": ((tally.NTF if ip[L.P_TALLY] else 1,), np.float64),
+        "tally_h": ((3, sketch.NBINS) if ip[L.P_TALLY] else (1, 1), np.int32),
     }
 
 
@@ -565,6 +573,8 @@ def simulate(
     reduce: BatchReducer | None = None,
     overlap: bool = False,
     after: Future | None = None,
+    tally: bool = False,
+    slo: dict[str, float] | None = None,
 ) -> SimResult:
     """Simulate `replicas` independent replicas of one cell; see the module docstring.
 
@@ -582,6 +592,12 @@ def simulate(
     still running: SimResult.reduced() waits for it (a grid's next cell then simulates beside it).
     `after`, an earlier call's SimResult.pending, is waited for before this call's first reduction
     is submitted, so that no more than two batches' arrays are alive across calls either.
+
+    tally=True (with `reduce`): the kernels tally each replica's requests as it ends
+    (kernels/tally.py; `slo`, the [slo] bounds, for the count of requests within them), and
+    `reduce` finds the batch's tallies in cols as "tally_f", "tally_h" and "tally_slo" (the
+    bounds they were counted against); the request columns it is given are then gathered only
+    as far as PoA-hat reads them.
     """
     if replicas < 1:
         raise SpecError("run.replicas", f"must be >= 1, got {replicas}")
@@ -601,6 +617,11 @@ def simulate(
         drain=drain,
         check_blocks=check_blocks,
     )
+    tallied = tally and reduce is not None
+    if tallied:
+        ip[L.P_TALLY] = 1
+        fp[L.F_SLO_TTFT] = float((slo or {}).get("ttft_ms", 0.0))
+        fp[L.F_SLO_ITL] = float((slo or {}).get("itl_ms", 0.0))
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     shapes = _shapes(ip, fp, n_workers, requests, record_candidates)
     per_rep = bytes_per_replica(shapes)
@@ -686,12 +707,15 @@ def simulate(
         # arrays of the same dtype and values
         nr, n = of.shape[0], of.shape[1]
         if kept == n:  # keep_samples just gathered them into the kept samples' blocks
-            f_dense, i_dense = f_block[:, r0 : r0 + nr], i_block[:, r0 : r0 + nr]
-        else:
-            f_dense, i_dense = np.empty((len(f_names), nr, n)), np.empty((len(i_names), nr, n), dtype=np.int32)
-            _scatter_fields(of, f_src, f_dense, 0, n)
-            _scatter_fields(oi, i_src, i_dense, 0, n)
-        return reduce({**cols, **dict(zip(f_names, f_dense)), **dict(zip(i_names, i_dense))}, rep_b, logs_b)
+            dense = {**dict(zip(f_names, f_block[:, r0 : r0 + nr])), **dict(zip(i_names, i_block[:, r0 : r0 + nr]))}
+        else:  # with the kernels' tallies, only PoA-hat's fields (the others stay views of the rows)
+            dense = {}
+            for names, src, rows, dtype in ((f_names, f_src, of, np.float64), (i_names, i_src, oi, np.int32)):
+                pick = [j for j, name in enumerate(names) if not tallied or name in POA_HAT_FIELDS]
+                block = np.empty((len(pick), nr, n), dtype=dtype)
+                _scatter_fields(rows, src[pick], block, 0, n)
+                dense.update(zip([names[j] for j in pick], block))
+        return reduce({**cols, **dense}, rep_b, logs_b)
 
     try:
         for b in range(n_batches):
@@ -700,10 +724,12 @@ def simulate(
             ipb = ip.copy()
             ipb[L.P_RBASE] = r0
             t0 = time.perf_counter()
-            out, csec = target.run_batch(ipb, fp, tabs, shapes, nr, parallel=parallel)
+            out, csec = target.run_batch(ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel)
             wall += time.perf_counter() - t0 - csec
             compile_s += csec
             cols = _batch_columns(out, ip, spec, record_candidates)
+            if tallied:
+                cols.update(tally_f=out["tally_f"], tally_h=out["tally_h"], tally_slo=fp[[L.F_SLO_TTFT, L.F_SLO_ITL]])
             rep_b = _batch_replica(out, ip)
             logs_b = _batch_logs(out, ip, n_log, n_moves)
             if reducer is None:

@@ -22,14 +22,16 @@ HI_MS = 1e8  # about 28 hours
 NBINS = 2 + math.ceil(math.log(HI_MS / LO_MS) / math.log(GAMMA))
 RESOLUTION = math.sqrt(GAMMA) - 1.0
 _LOG_G = math.log(GAMMA)
+# the bins' lower edges LO_MS * GAMMA**i, i = 0 .. NBINS - 2, the one definition of the bins: the
+# kernels' tally (kernels/tally.py) counts a value in the bin of the number of edges at or below
+# it, as bin_of does, so either target and the host bin every value alike
+EDGES = LO_MS * np.power(GAMMA, np.arange(NBINS - 1, dtype=np.float64))
 
 
 def bin_of(x: np.ndarray) -> np.ndarray:
-    """Bin index of each value (int64, same shape); NaN is not allowed."""
+    """Bin index of each value (int64, same shape): the number of EDGES at or below it."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        f = np.floor(np.log(np.maximum(x, LO_MS * 0.5) / LO_MS) / _LOG_G) + 1
-    return np.clip(f, 0, NBINS - 1).astype(np.int64)  # clipped as floats: +inf goes to the last bin
+    return np.searchsorted(EDGES, x, side="right").astype(np.int64)
 
 
 def histograms(x: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:

@@ -49,6 +49,13 @@ def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
     for k, v in ref.items():
         np.testing.assert_array_equal(streamed.acc[k], v, err_msg=k)
     assert np.isfinite(ref["poa_opt"]).all() and ref["poa_windows"][0] == RUN["requests"] // POA["window"]
+    # each replica tallied in the kernels as it ends (kernels/tally.py): the same bits again
+    tallied = engine.simulate(SPEC, **RUN, keep=0, reduce=_reducer(SPEC), tally=True, slo=SLO)
+    assert set(tallied.acc) == set(ref)
+    for k, v in ref.items():
+        np.testing.assert_array_equal(tallied.acc[k], v, err_msg=k)
+    with pytest.raises(ValueError, match="SLO bounds"):  # tallied against other bounds than its reduction's
+        engine.simulate(SPEC, **RUN, keep=0, reduce=_reducer(SPEC), tally=True, slo={})
     # keep N: the first N measured requests of each replica, as in the whole run
     some = engine.simulate(SPEC, **RUN, keep=30, reduce=_reducer(SPEC))
     np.testing.assert_array_equal(some.samples["ttft_ms"], whole.samples["ttft_ms"][:, :30])

@@ -364,9 +364,12 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 red = lambda c, rep, lg, d=dataclasses.asdict(spec): accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
                 sa = simulate(spec, backend="cpu", keep=0, reduce=red, **kw)
                 sb = simulate(spec, backend="cuda", keep=0, reduce=red, **kw)
-                assert sa.acc and set(sa.acc) == set(sb.acc), pol
+                # and each replica tallied on the device (kernels/tally.py) equals the host's tally
+                sc = simulate(spec, backend="cuda", keep=0, reduce=red, tally=True, slo={"ttft_ms": 50.0}, **kw)
+                assert sa.acc and set(sa.acc) == set(sb.acc) == set(sc.acc), pol
                 for k in sa.acc:
                     assert np.array_equal(sa.acc[k], sb.acc[k], equal_nan=True), (pol, k)
+                    assert np.array_equal(sa.acc[k], sc.acc[k], equal_nan=True), (pol, k)
             if pol == "tiers":  # hits in both lower tiers, and their copies timed
                 assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
                 assert a.samples["onboard_ms"].max() > 0

@@ -9,6 +9,7 @@ from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NSI, NWI, RI_STATUS, SI_ABP, WI_AB, WI_RG
 
 from poa_mc.engine import _shapes, pack_params
+from poa_mc.sketch import EDGES
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
 R = cpu._K.router
@@ -87,7 +88,7 @@ def test_every_booking_is_released_by_the_end_of_a_drained_run(flow, n_p, router
     spec = _cell(flow, router_blocks, n_p=n_p)
     ip, fp, tabs = pack_params(spec, requests=150, warmup=0, seed=5, stream=1, record_candidates=False, drain=True)
     n_w = spec.cluster.n_workers()
-    out, _ = cpu.run_batch(ip, fp, tabs, _shapes(ip, fp, n_w, 150, False), 3)
+    out, _ = cpu.run_batch(ip, fp, tabs, EDGES, _shapes(ip, fp, n_w, 150, False), 3)
     assert (out["rep_i"][:, RI_STATUS] == 0).all()
     wk = out["wk_i"][:, :n_w]
     assert (wk[:, :, WI_AB] == 0).all(), wk[:, :, WI_AB]
