@@ -181,10 +181,11 @@ def run_batch(
     shapes: dict,
     n: int,
     parallel: bool = True,
+    wanted: dict | None = None,
 ) -> tuple[dict, float]:
     """Allocate state for n replicas, simulate them (and tally them, with ip[P_TALLY]), return
     (arrays, seconds spent compiling). parallel=False runs on one thread (results are the same
-    either way)."""
+    either way). `wanted` is the CUDA target's (what to copy back); here every array is the host's."""
     compile_s = 0.0
     variant = "lean" if lean(ip) else "full"
     if variant not in _compiled:

@@ -90,13 +90,19 @@ def run_batch(
     shapes: dict,
     n: int,
     parallel: bool = True,
+    wanted: dict | None = None,
 ) -> tuple[dict, float]:
-    """Simulate n replicas on the GPU; returns (host arrays in logical layout, seconds compiling)."""
+    """Simulate n replicas on the GPU; returns (host arrays in logical layout, seconds compiling).
+
+    `wanted` (None: every request row whole) narrows what comes back of "out_f" and "out_i": their
+    fields `wanted[name]` for every request, and all fields of the first `wanted["rows"]`
+    requests; the rest of the host arrays hold NaN (floats) or INT32_MIN (integers), never read."""
     global _compiled
     views = {}
+    stores = {}
     for name in _NAMES:
         shape, dtype = shapes[name]
-        _, views[name] = _device_array(shape, dtype, n)
+        stores[name], views[name] = _device_array(shape, dtype, n)
     d_ip, d_fp, d_tabs, d_edges = (cuda.to_device(x) for x in (ip, fp, tabs, edges))
     compile_s = 0.0
     tpb = int(os.environ.get("POA_MC_CUDA_TPB", THREADS_PER_BLOCK))
@@ -123,15 +129,33 @@ def run_batch(
     cuda.synchronize()
     out = {}
     for k in _RETURNED:
-        v = views[k]
-        if hasattr(v, "copy_to_host"):
-            host = v.copy_to_host()
-        elif hasattr(v, "get"):
-            host = v.get()
-        else:
-            host = np.asarray(v)
-        out[k] = host  # replica-last storage seen through a transposed view; the engine slices it as is
+        if wanted is not None and k in ("out_f", "out_i"):
+            out[k] = _rows_back(stores[k], wanted[k], int(wanted["rows"]))
+        else:  # replica-last storage seen through a transposed view; the engine slices it as is
+            out[k] = _host(views[k])
     return out, compile_s
+
+
+def _host(v) -> np.ndarray:
+    if hasattr(v, "copy_to_host"):
+        return v.copy_to_host()
+    if hasattr(v, "get"):
+        return v.get()
+    return np.asarray(v)
+
+
+def _rows_back(store, fields, rows: int) -> np.ndarray:
+    """A (fields, requests, replicas) store's planes `fields` whole and its other planes' first
+    `rows` requests, each a contiguous stretch of device memory, as the logical (replicas,
+    requests, fields) view of a host array whose rest is NaN or INT32_MIN."""
+    fill = np.nan if np.dtype(store.dtype).kind == "f" else np.iinfo(store.dtype).min
+    host = np.full(store.shape, fill, dtype=store.dtype)
+    for f in range(store.shape[0]):
+        if f in fields:
+            host[f] = _host(store[f])
+        elif rows > 0:
+            host[f, :rows] = _host(store[f, :rows])
+    return host.T
 
 
 def free_memory() -> int:

@@ -679,6 +679,9 @@ def simulate(
     rep: dict[str, np.ndarray] = {}
     n_log = int(ip[L.P_CTL_LOG])
     n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
+    # with the kernels' tallies the host reads of a batch's request rows only the kept samples and
+    # what PoA-hat and the conservation count read: on a GPU only those come back (kernels/cuda.py)
+    wanted = _wanted_rows(kept) if tallied else None
     logs: dict[str, np.ndarray] = {}
     parts = []
     compile_s = 0.0
@@ -724,7 +727,7 @@ def simulate(
             ipb = ip.copy()
             ipb[L.P_RBASE] = r0
             t0 = time.perf_counter()
-            out, csec = target.run_batch(ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel)
+            out, csec = target.run_batch(ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel, wanted=wanted)
             wall += time.perf_counter() - t0 - csec
             compile_s += csec
             cols = _batch_columns(out, ip, spec, record_candidates)
@@ -825,6 +828,19 @@ def _scatter_fields(
         for i in range(kept):
             for j in range(fields.shape[0]):
                 dst[j, r0 + r, i] = src[r, i, fields[j]]
+
+
+def _wanted_rows(kept: int) -> dict:
+    """What a tallied batch's reduction and kept samples read of its request rows (the kernels'
+    run_batch `wanted`): every field of the first `kept` requests, and of all of them PoA-hat's
+    fields and the written flag _batch_replica counts."""
+    f_index = {**dict(zip(SAMPLE_FLOAT_FIELDS, _OF)), "decode_decided_ms": L.OF_DDEC}
+    i_index = {**dict(zip(SAMPLE_INT_FIELDS, _OI)), **_ADDED}
+    return {
+        "rows": kept,
+        "out_f": {f_index[name] for name in POA_HAT_FIELDS if name in f_index},
+        "out_i": {i_index[name] for name in POA_HAT_FIELDS if name in i_index} | {L.OI_DONE},
+    }
 
 
 def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:

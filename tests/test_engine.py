@@ -370,6 +370,15 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 for k in sa.acc:
                     assert np.array_equal(sa.acc[k], sb.acc[k], equal_nan=True), (pol, k)
                     assert np.array_equal(sa.acc[k], sc.acc[k], equal_nan=True), (pol, k)
+                # tallied, the device copies back only the kept requests' rows and PoA-hat's fields
+                # of the others: the kept samples, candidates and accumulators still equal the CPU's
+                tk = dict(keep=4, reduce=red, tally=True, slo={"ttft_ms": 50.0}, **kw)
+                sd, se = simulate(spec, backend="cpu", **tk), simulate(spec, backend="cuda", **tk)
+                for got, want in ((se.samples, sd.samples), (se.candidates, sd.candidates), (se.acc, sd.acc)):
+                    assert want and set(got) == set(want), pol
+                    for k in want:
+                        assert np.array_equal(got[k], want[k], equal_nan=True), (pol, k)
+                assert np.array_equal(se.acc["poa_opt"], sa.acc["poa_opt"], equal_nan=True), pol
             if pol == "tiers":  # hits in both lower tiers, and their copies timed
                 assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
                 assert a.samples["onboard_ms"].max() > 0
@@ -383,6 +392,13 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 assert np.array_equal(a.extra["switch_log"], b.extra["switch_log"], equal_nan=True)
             if dkv == 30:
                 assert a.replica["preemptions"].sum() > 0, flow
+        # what the narrowed copy leaves out reads as NaN, never as a stale number
+        from poa_mc.kernels.cuda import _rows_back
+        store = np.arange(24.0).reshape(2, 3, 4)  # (fields, requests, replicas) on the device
+        host = _rows_back(store, {1}, 1)
+        assert host.shape == (4, 3, 2) and np.array_equal(host[:, :, 1], store[1].T)
+        assert np.array_equal(host[:, 0, 0], store[0, 0]) and np.isnan(host[:, 1:, 0]).all()
+        assert (_rows_back(store.astype(np.int32), set(), 0) == np.iinfo(np.int32).min).all()
         # traces replayed: the agentic sample's sessions (closed), the Mooncake sample's timestamps
         from poa_mc.config import loads_grid
         for path, replay, load in (("agentic_sample", "closed", "concurrency = [5]"),
