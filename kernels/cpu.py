@@ -10,8 +10,9 @@ from contextlib import contextmanager
 import llvmlite.binding as llvm
 import numba
 import numpy as np
-from numba.core import config
+from numba.core import config, types
 from numba.core.compiler_lock import global_compiler_lock
+from numba.np import arrayobj
 
 from poa_mc import threads
 
@@ -147,6 +148,33 @@ def _inliner_budget(threshold: int) -> Iterator[None]:
             llvm.set_option("", f"-inline-threshold={default}")
 
 
+@contextmanager
+def _plain_indices() -> Iterator[None]:
+    """Compile with array indices taken as they are. Numba lowers every signed index i of a
+    dimension of n as `i + n if i < 0 else i` (Python's a[-1]): a sign test and a select on each
+    index of each access, 405 sign tests in the lean replica loop's machine code. The kernels
+    never index with a negative number (tests/test_kernels_cpu.py runs cells of every path under
+    NUMBA_BOUNDSCHECK, where one would raise IndexError instead of reading past its array), and
+    without the selects the loop runs 8% faster with the same results to the bit (bench/NOTES.md,
+    2026-12-05). Numba has no option for it: its lowering's `fix_integer_index` is replaced while
+    the kernels compile, under the compiler lock as the inliner budget is, then restored. A Numba
+    without that function compiles them as before (same results, slower)."""
+    original = getattr(arrayobj, "fix_integer_index", None)
+    if original is None:
+        yield
+        return
+
+    def fix_integer_index(context, builder, idxty, idx, size):
+        return context.cast(builder, idx, idxty, types.intp if idxty.signed else types.uintp)
+
+    with global_compiler_lock:
+        arrayobj.fix_integer_index = fix_integer_index
+        try:
+            yield
+        finally:
+            arrayobj.fix_integer_index = original
+
+
 def lean(ip: np.ndarray) -> bool:
     """True if the lean build can run this cell: no lower KV tiers, no replayed trace."""
     return int(ip[P_G2CAP]) == 0 and int(ip[P_TRACE]) == TRACE_NONE
@@ -194,7 +222,7 @@ def run_batch(
         ip1[P_N] = 1
         ip1[P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
-        with _inliner_budget(INLINE_THRESHOLD[variant]):
+        with _inliner_budget(INLINE_THRESHOLD[variant]), _plain_indices():
             _call(ip1, fp, tabs, edges, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)

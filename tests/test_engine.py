@@ -298,54 +298,8 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         import warnings, numpy as np
         warnings.filterwarnings("ignore")
         from poa_mc.engine import simulate
-        from poa_mc.profiles import resolve_profile
-        from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
-        # (flow, policy, event delay, decode kv blocks, temperature, transfer ms): the last three
-        # put decode workers under KV pressure (preemption), sample the decode choice, and run the
-        # transfer handshake
-        cases = [("prefill_first", "kv", 0.0, 16384, 0.0, 0.0, 12), ("decode_first", "kv", 0.0, 16384, 0.0, 0.0, 12),
-                 ("prefill_first", "power_of_d", 0.0, 16384, 0.0, 0.0, 12),
-                 ("decode_first", "kv", 30.0, 16384, 0.0, 0.0, 12),
-                 ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60), ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60),
-                 ("prefill_first", "oracle", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "adaptive", 0.0, 60, 0.0, 0.0, 30),
-                 ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12),
-                 ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
-                 ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30),
-                 ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30), ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60),
-                 ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30),
-                 ("prefill_first", "tiers+g4", 10.0, 60, 0.5, 1.0, 30),
-                 ("aggregated", "kv-dynamo", 0.0, 16384, 0.0, 0.0, 30),
-                 ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30),
-                 ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30)]
-        # a controller that switches within the run; a decode router that chases overlap
-        more = {"adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0,
-                                                           min_dwell_ms=0.0, window=8)),
-                "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
-                "batch": dict(batch_size=3, batch_ms=2.0), "global": dict(kind="kv", cache="global"),
-                "planner": dict(kind="kv"), "aic": dict(kind="kv"), "tiers": dict(kind="kv"),
-                "tiers+g4": dict(kind="round_robin"), "kv-dynamo": dict(kind="kv"),
-                "global+tiers": dict(kind="kv", cache="global")}
-        # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
-        tiers = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
-        # and a G4 shared by both prefill workers, fed by a G3 small enough to spill into it
-        tiers4 = {**tiers, "g3_blocks": 4, "g4_blocks": 80, "g4_gbps": 2.0, "tier_decay_ms": 0.0}
-        # measured-kernel timing: a table the kernels interpolate (kernels/timing.py)
-        aic = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
-        for flow, pol, delay, dkv, tau, xfer, osl in cases:
-            planner = None
-            if pol == "planner":  # both targets missed: it moves every 20 ms interval
-                planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
-            spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay,
-                                                decode_kv_blocks=dkv, transfer_latency_ms=xfer,
-                                                **{"tiers": tiers, "tiers+g4": tiers4, "global+tiers": tiers,
-                                                   "kv-dynamo": {"router_blocks": "dynamo"}}.get(pol, {})),
-                            workload=WorkloadSpec(isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
-                                                  prefix_groups=6 if "tiers" in pol else 3, concurrency=6),
-                            policy=PolicySpec(**{"kind": pol, "temperature": tau, **more.get(pol, {})}),
-                            planner=planner, **({"profile": aic} if pol == "aic" else {}))
+        from tests.every_path import cells, trace_cells
+        for flow, pol, dkv, spec in cells():
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a = simulate(spec, backend="cpu", **kw)
             b = simulate(spec, backend="cuda", **kw)
@@ -400,13 +354,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
         assert np.array_equal(host[:, 0, 0], store[0, 0]) and np.isnan(host[:, 1:, 0]).all()
         assert (_rows_back(store.astype(np.int32), set(), 0) == np.iinfo(np.int32).min).all()
         # traces replayed: the agentic sample's sessions (closed), the Mooncake sample's timestamps
-        from poa_mc.config import loads_grid
-        for path, replay, load in (("agentic_sample", "closed", "concurrency = [5]"),
-                                   ("mooncake_sample", "timestamps", "rate = [3.0]")):
-            text = (f'[workload]\\nkind = "trace"\\nformat = "mooncake"\\npath = "{path}"\\nreplay = "{replay}"\\n'
-                    f'[cluster]\\nprefill_kv_blocks = 600\\ng2_blocks = 300\\n'
-                    f'[grid]\\ntopology = ["2P/2D"]\\n{load}\\n[[policy]]\\nname = "kv"\\n')
-            spec = loads_grid(text).cells()[0].spec
+        for path, spec in trace_cells():
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
             a, b = simulate(spec, backend="cpu", **kw), simulate(spec, backend="cuda", **kw)
             for k in a.samples:

@@ -60,3 +60,31 @@ def test_both_builds_load_from_the_cache_in_a_new_process_and_stay_apart(tmp_pat
         tmp_path,
     )
     assert out.split() == [str(hits), "1", "0", "1", "0"], out
+
+
+def test_kernels_never_index_with_a_negative_number(tmp_path):
+    # the kernels compile without Numba's wrapping of negative indices (cpu._plain_indices): one
+    # would read outside its array. Compiled under NUMBA_BOUNDSCHECK, where any index outside its
+    # dimension raises IndexError, both builds run cells of every path of the kernels
+    script = textwrap.dedent("""
+        from poa_mc.engine import simulate
+        from poa_mc.kernels import cpu
+        from tests.every_path import cells, trace_cells
+        assert cpu.arrayobj.fix_integer_index.__name__ == "fix_integer_index"
+        specs = [spec for *_, spec in cells()] + [spec for _, spec in trace_cells()]
+        for spec in specs:
+            r = simulate(spec, replicas=3, requests=40, warmup=5, seed=5, stream=1)
+            assert (r.replica["status"] == 0).all()
+        print(len(specs), sum(d.stats.cache_misses[k] for d in (cpu._run_lean, cpu._run_full) for k in d.stats.cache_misses))
+    """)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_BOUNDSCHECK": "1"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1200, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["22", "2"], out.stdout  # 22 cells, each build compiled here
+
+
+def test_plain_indices_apply_while_the_kernels_compile_only():
+    original = cpu.arrayobj.fix_integer_index
+    with cpu._plain_indices():
+        assert cpu.arrayobj.fix_integer_index is not original
+    assert cpu.arrayobj.fix_integer_index is original

@@ -1,0 +1,96 @@
+"""Small cells that between them run every path of the kernels: each flow and policy, KV pressure
+(preemption), the transfer handshake, a sampled decode choice, the controller, the planner, the
+batch router, a global cache, an aiconfigurator table, lower tiers (G2, G3 and a shared G4) and
+replayed traces. Shared by the tests that run the kernels under another target or check
+(tests/test_engine.py: the CUDA simulator; tests/test_kernels_cpu.py: NUMBA_BOUNDSCHECK)."""
+
+from __future__ import annotations
+
+from poa_mc.config import loads_grid
+from poa_mc.profiles import resolve_profile
+from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
+
+# (flow, policy, event delay, decode kv blocks, temperature, transfer ms, osl): the decode kv
+# blocks of 30 and 60 put decode workers under KV pressure (preemption), the temperature samples
+# the decode choice, the transfer runs the handshake
+CASES = [
+    ("prefill_first", "kv", 0.0, 16384, 0.0, 0.0, 12),
+    ("decode_first", "kv", 0.0, 16384, 0.0, 0.0, 12),
+    ("prefill_first", "power_of_d", 0.0, 16384, 0.0, 0.0, 12),
+    ("decode_first", "kv", 30.0, 16384, 0.0, 0.0, 12),
+    ("prefill_first", "kv", 0.0, 30, 0.7, 3.0, 60),
+    ("aggregated", "kv", 0.0, 30, 0.0, 0.0, 60),
+    ("prefill_first", "oracle", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "adaptive", 0.0, 60, 0.0, 0.0, 30),
+    ("prefill_first", "kv-decode-overlap", 0.0, 16384, 0.5, 0.0, 12),
+    ("prefill_first", "batch", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "hash", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "global", 20.0, 60, 0.0, 0.0, 30),
+    ("prefill_first", "planner", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "aic", 0.0, 60, 0.0, 1.0, 30),
+    ("aggregated", "aic", 0.0, 30, 0.0, 0.0, 60),
+    ("prefill_first", "tiers", 10.0, 60, 0.5, 1.0, 30),
+    ("prefill_first", "tiers+g4", 10.0, 60, 0.5, 1.0, 30),
+    ("aggregated", "kv-dynamo", 0.0, 16384, 0.0, 0.0, 30),
+    ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30),
+    ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30),
+]
+# a controller that switches within the run; a decode router that chases overlap
+_POLICY = {
+    "adaptive": dict(controller=ControllerSpec(theta1=40.0, theta2=400.0, period_ms=25.0, min_dwell_ms=0.0, window=8)),
+    "kv-decode-overlap": dict(kind="kv", decode_overlap_weight=0.5),
+    "batch": dict(batch_size=3, batch_ms=2.0),
+    "global": dict(kind="kv", cache="global"),
+    "planner": dict(kind="kv"),
+    "aic": dict(kind="kv"),
+    "tiers": dict(kind="kv"),
+    "tiers+g4": dict(kind="round_robin"),
+    "kv-dynamo": dict(kind="kv"),
+    "global+tiers": dict(kind="kv", cache="global"),
+}
+# G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
+_TIERS = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
+# and a G4 shared by both prefill workers, fed by a G3 small enough to spill into it
+_TIERS4 = {**_TIERS, "g3_blocks": 4, "g4_blocks": 80, "g4_gbps": 2.0, "tier_decay_ms": 0.0}
+_CLUSTER = {"tiers": _TIERS, "tiers+g4": _TIERS4, "global+tiers": _TIERS, "kv-dynamo": {"router_blocks": "dynamo"}}
+
+
+def cells() -> list[tuple[str, str, int, CellSpec]]:
+    """(flow, policy, decode kv blocks, spec) for each of CASES, on 2P/2D (or 2 aggregated workers)."""
+    aic = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})  # a table the kernels interpolate
+    out = []
+    for flow, pol, delay, dkv, tau, xfer, osl in CASES:
+        planner = None
+        if pol == "planner":  # both targets missed: it moves every 20 ms interval
+            planner = PlannerSpec(gpu_budget=4, interval_ms=20.0, startup_ms=5.0, ttft_ms=5.0, itl_ms=1.0)
+        spec = CellSpec(
+            cluster=ClusterSpec(
+                n_prefill=2, n_decode=2, flow=flow, kv_event_delay_ms=delay, decode_kv_blocks=dkv,
+                transfer_latency_ms=xfer, **_CLUSTER.get(pol, {}),
+            ),
+            workload=WorkloadSpec(
+                isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
+                prefix_groups=6 if "tiers" in pol else 3, concurrency=6,
+            ),
+            policy=PolicySpec(**{"kind": pol, "temperature": tau, **_POLICY.get(pol, {})}),
+            planner=planner,
+            **({"profile": aic} if pol == "aic" else {}),
+        )  # fmt: skip
+        out.append((flow, pol, dkv, spec))
+    return out
+
+
+def trace_cells() -> list[tuple[str, CellSpec]]:
+    """The agentic sample's sessions replayed closed, the Mooncake sample's timestamps, with G2."""
+    out = []
+    for path, replay, load in (
+        ("agentic_sample", "closed", "concurrency = [5]"),
+        ("mooncake_sample", "timestamps", "rate = [3.0]"),
+    ):
+        text = (
+            f'[workload]\nkind = "trace"\nformat = "mooncake"\npath = "{path}"\nreplay = "{replay}"\n'
+            f"[cluster]\nprefill_kv_blocks = 600\ng2_blocks = 300\n"
+            f'[grid]\ntopology = ["2P/2D"]\n{load}\n[[policy]]\nname = "kv"\n'
+        )
+        out.append((path, loads_grid(text).cells()[0].spec))
+    return out
