@@ -304,7 +304,18 @@ class RunDir:
         atomic_write_parquet(acc, self.acc_path(cell_id))
 
     def _temporaries(self) -> list[Path]:
-        return [p for p in self.root.rglob(".*.tmp") if p.is_file()] if self.root.is_dir() else []
+        """The temporary files (".<name>.tmp") under DIR. Other processes create and remove files and
+        directories here meanwhile (a starting shard's --out probe, check_out_dir, lives for
+        microseconds): os.walk skips a directory gone before it is listed, where Path.rglob raised
+        FileNotFoundError and failed the start of the shard beside it."""
+        if not self.root.is_dir():
+            return []
+        return [
+            Path(here) / name
+            for here, _, files in os.walk(self.root)
+            for name in files
+            if name.startswith(".") and name.endswith(".tmp")
+        ]
 
     def remove_own_temporaries(self) -> None:
         """Delete the temporary files this process left (an interrupted write)."""

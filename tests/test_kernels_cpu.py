@@ -75,7 +75,8 @@ def test_kernels_never_index_with_a_negative_number(tmp_path):
         for spec in specs:
             r = simulate(spec, replicas=3, requests=40, warmup=5, seed=5, stream=1)
             assert (r.replica["status"] == 0).all()
-        print(len(specs), sum(d.stats.cache_misses[k] for d in (cpu._run_lean, cpu._run_full) for k in d.stats.cache_misses))
+        runs = (cpu._run_lean, cpu._run_full)
+        print(len(specs), sum(n for d in runs for n in d.stats.cache_misses.values()))
     """)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_BOUNDSCHECK": "1"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1200, env=env)

@@ -96,3 +96,33 @@ def test_samples_frame_pads_candidates_to_the_grids_width():
     np.testing.assert_array_equal(got[:, :2], np.arange(12.0).reshape(6, 2))
     assert np.isnan(got[:, 2:]).all()
     assert samples_frame(samples, cands).schema["cand_tokens"] == pl.Array(pl.Float64, 2)
+
+
+def test_temporaries_are_found_while_other_shards_create_and_remove_directories(tmp_path):
+    # a shard starting beside another probes --out with a directory it removes at once
+    # (runner.check_out_dir); the other's clean-up walked into it and failed its start (ENOENT)
+    import os
+    import tempfile
+    import threading
+
+    for i in range(20):
+        (tmp_path / f"cell_id={i}").mkdir()
+        (tmp_path / f"cell_id={i}" / "part.parquet").write_text("x")
+    stale = tmp_path / "cell_id=3" / ".part.parquet.tmp"  # a name of no known writer: removed
+    stale.write_text("half")
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            os.rmdir(tempfile.mkdtemp(prefix=".poa-mc-probe-", dir=tmp_path))
+
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        for _ in range(1000):  # Path.rglob failed about a third of these
+            RunDir(tmp_path).remove_temporaries()
+    finally:
+        stop.set()
+        t.join()
+    assert not stale.exists()
+    assert all((tmp_path / f"cell_id={i}" / "part.parquet").exists() for i in range(20))
