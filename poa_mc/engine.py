@@ -833,14 +833,17 @@ def _scatter_fields(
 def _wanted_rows(kept: int) -> dict:
     """What a tallied batch's reduction and kept samples read of its request rows (the kernels'
     run_batch `wanted`): every field of the first `kept` requests, and of all of them PoA-hat's
-    fields and the written flag _batch_replica counts."""
-    f_index = {**dict(zip(SAMPLE_FLOAT_FIELDS, _OF)), "decode_decided_ms": L.OF_DDEC}
-    i_index = {**dict(zip(SAMPLE_INT_FIELDS, _OI)), **_ADDED}
-    return {
-        "rows": kept,
-        "out_f": {f_index[name] for name in POA_HAT_FIELDS if name in f_index},
-        "out_i": {i_index[name] for name in POA_HAT_FIELDS if name in i_index} | {L.OI_DONE},
-    }
+    fields and the written flag _batch_replica counts. A PoA-hat field of neither kind raises
+    KeyError here rather than reading as NaN from a GPU run."""
+    floats = {**dict(zip(SAMPLE_FLOAT_FIELDS, _OF)), "decode_decided_ms": L.OF_DDEC}
+    ints = {**dict(zip(SAMPLE_INT_FIELDS, _OI)), **_ADDED}
+    out_f, out_i = set(), {L.OI_DONE}
+    for name in POA_HAT_FIELDS:
+        if name in floats:
+            out_f.add(floats[name])
+        else:
+            out_i.add(ints[name])
+    return {"rows": kept, "out_f": out_f, "out_i": out_i}
 
 
 def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:
