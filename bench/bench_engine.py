@@ -8,8 +8,9 @@ replica, and appends a row to bench/RESULTS.md with --record.
     python bench/bench_engine.py [--replicas 256] [--requests 2000] [--backend cpu] [--record]
     python bench/bench_engine.py --streamed tally   # batches as `poa-mc run` streams them, tallied
 
---streamed plain / tally: the kernels' cost of the replicas' tally (kernels/tally.py), in batches
-of `poa-mc run`'s size handed to a reducer that does nothing.
+--streamed plain / tally / poa: the kernels' cost of the replicas' tally (kernels/tally.py) and of
+their PoA-hat windows (kernels/poa_hat.py, poa: both, as `poa-mc run` has them), in batches of
+`poa-mc run`'s size handed to a reducer that does nothing.
 """
 
 from __future__ import annotations
@@ -62,10 +63,11 @@ def main() -> int:
     ap.add_argument("--profile", default=None, help="a built-in profile instead of dynamo-mocker, e.g. an aic table")
     ap.add_argument(
         "--streamed",
-        choices=("off", "plain", "tally"),
+        choices=("off", "plain", "tally", "poa"),
         default="off",
         help="as `poa-mc run` streams: batches handed to a reducer that does nothing, nothing kept; "
-        "'tally' adds the kernels' tally of each replica (kernels/tally.py), 'plain' leaves it out",
+        "'tally' adds the kernels' tally of each replica (kernels/tally.py), 'poa' that and its PoA-hat windows "
+        "(kernels/poa_hat.py, [poa] window = 8), 'plain' neither",
     )
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
@@ -92,7 +94,9 @@ def main() -> int:
     if a.serial:
         kw["parallel"] = False
     if a.streamed != "off":
-        kw.update(keep=0, reduce=lambda cols, rep, logs: {}, tally=a.streamed == "tally")
+        kw.update(keep=0, reduce=lambda cols, rep, logs: {}, tally=a.streamed in ("tally", "poa"))
+        if a.streamed == "poa":
+            kw["poa"] = {"window": 8}
     first = simulate(spec, **kw)
     walls = [first.wall_s] + [simulate(spec, **kw).wall_s for _ in range(a.repeat - 1)]
     wall = sorted(walls)[len(walls) // 2]

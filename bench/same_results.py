@@ -83,19 +83,25 @@ def arrays(replicas: int, requests: int) -> dict[str, np.ndarray]:
     return out
 
 
-def main() -> int:
+def main(collect=None) -> int:
+    """The command line: `collect(replicas, requests)` (default: arrays) into the npz given."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--compare", default=None, help="an npz written by an earlier run of this script")
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--requests", type=int, default=300)
     a = ap.parse_args()
-    got = arrays(a.replicas, a.requests)
-    np.savez_compressed(a.out, **got)
-    if a.compare is None:
-        print(f"{len(got)} arrays -> {a.out}")
+    return save_and_compare((collect or arrays)(a.replicas, a.requests), a.out, a.compare)
+
+
+def save_and_compare(got: dict[str, np.ndarray], out: str, compare: str | None) -> int:
+    """Write `got` to the npz `out`; with `compare` (an earlier run's npz) print which arrays
+    differ, appeared or went, and return 1 if any differ or went."""
+    np.savez_compressed(out, **got)
+    if compare is None:
+        print(f"{len(got)} arrays -> {out}")
         return 0
-    ref = dict(np.load(a.compare))
+    ref = dict(np.load(compare))
     # an array only one side has is a new (or removed) output column, reported apart from changes
     differ = [k for k in sorted(set(ref) & set(got)) if not np.array_equal(ref[k], got[k], equal_nan=True)]
     new, gone = sorted(set(got) - set(ref)), sorted(set(ref) - set(got))

@@ -16,8 +16,22 @@ from numba.np import arrayobj
 
 from poa_mc import threads
 
+from . import poa_hat
 from ._cache import keyed_cache_dir
-from .layout import P_G2CAP, P_N, P_TALLY, P_TRACE, P_WARM, TRACE_NONE
+from .layout import (
+    P_G2CAP,
+    P_N,
+    P_POA,
+    P_POA_K,
+    P_POA_SLOTS,
+    P_POA_WIN,
+    P_TALLY,
+    P_TRACE,
+    P_WARM,
+    POA_OBSERVED_STEP,
+    POA_ROUTER,
+    TRACE_NONE,
+)
 from .source import build
 
 # error_model="numpy", the CUDA target's own: a division by zero gives inf, nan or 0 rather than
@@ -118,6 +132,213 @@ def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: fl
     threads.over_ranges(_timing_steps_in, out.shape[0], fp, batch, context, cap, out)
 
 
+# PoA-hat's window solver (kernels/poa_hat.py) for the engine's pass over each replica's rows, and
+# for the host's compiled path (poa_mc.estimators) over recorded arrays: one solver either way
+with keyed_cache_dir("cpu"):
+    _P = _K.poa_hat
+    _replica_sums = _P.replica_sums
+    _layout = _P.layout
+    _assign_min = _P.assign_min
+    _slots_ascend = _P.slots_ascend
+    _whole_block_prices = _P.whole_block_prices
+    _window_opt = _P.window_opt
+    _solve_window = _P.solve_window
+    _realized = _P.realized
+    _pairwise_sum = _P.pairwise_sum
+
+    @numba.njit(cache=True, nogil=True)
+    def _run_poa(r0, r1, ip, fp, step, out_f, out_i, cand, poa, f, g):
+        for r in range(r0, r1):
+            _replica_sums(r, ip, fp, step, out_f, out_i, cand, poa, f, g)
+
+    @numba.njit(cache=True, nogil=True)
+    def _slot_sums_in(
+        lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step,
+        seen, opt, real,
+    ):  # fmt: skip
+        k = tok.shape[2]
+        n = window
+        o = _layout(n, k, slots * k)
+        f, g = np.empty(o[16]), np.empty(o[22], np.int64)
+        observed = seen.size > 0
+        kind = POA_OBSERVED_STEP if observed else POA_ROUTER
+        for r in range(lo, hi):
+            for wi in range(opt.shape[1]):
+                bad = False  # a block count off the step table
+                for i in range(n):
+                    e = order[r, wi * n + i]
+                    c = chosen[r, e]
+                    for w in range(k):
+                        f[o[0] + i * k + w] = tok[r, e, w]
+                        f[o[1] + i * k + w] = blk[r, e, w]
+                    cost = _realized(kind, tok[r, e, c], blk[r, e, c], seen[r, e] if observed else 0.0, omega,
+                                     block_size, step)  # fmt: skip
+                    real[r, wi * n + i] = cost
+                    bad = bad or (not observed and step.size > 0 and cost != cost)
+                    g[o[17] + i] = c
+                    f[o[8] + i], f[o[9] + i] = add_t[r, e], add_b[r, e]
+                    f[o[10] + i], f[o[11] + i], f[o[12] + i] = dec[r, e], rel_t[r, e], rel_b[r, e]
+                opt[r, wi] = np.nan if bad else _solve_window(f, g, n, k, slots, omega, block_size, step)
+
+    @numba.njit(cache=True, nogil=True)
+    def _slot_router_opt_in(lo, hi, f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out):
+        _, n, k = f_tok.shape
+        o = _layout(n, k, slots * k)
+        f, g = np.empty(o[16]), np.empty(o[22], np.int64)
+        no_table = np.empty(0)
+        for wi in range(lo, hi):
+            for i in range(n):
+                for w in range(k):
+                    f[o[2] + i * k + w] = f_tok[wi, i, w]
+                    f[o[3] + i * k + w] = f_blk[wi, i, w]
+            for w in range(k):
+                f[o[4] + w], f[o[5] + w] = a_tok[wi, w], a_blk[wi, w]
+                f[o[6] + w], f[o[7] + w] = t_tok[wi, w], t_blk[wi, w]
+            out[wi] = _window_opt(f, g, n, k, slots, omega, block_size, no_table)
+
+    @numba.njit(cache=True, nogil=True)
+    def _batch_assign_in(lo, hi, costs, slots, out):
+        """Frozen pricing: each worker's column repeated `slots` times, side by side (by worker)."""
+        _, n, k = costs.shape
+        m = k * slots
+        a = np.empty(n * m)
+        f, g = np.empty(n + 1 + 2 * (m + 1)), np.empty(6 * (m + 1), np.int64)
+        for wi in range(lo, hi):
+            for i in range(n):
+                for j in range(k):
+                    v = costs[wi, i, j]
+                    for s in range(slots):
+                        a[i * m + j * slots + s] = v
+            out[wi] = _assign_min(a, 0, n, m, k, True, f, 0, g, 0)
+
+    @numba.njit(cache=True, nogil=True)
+    def _batch_assign_priced_in(lo, hi, prices, k, out):
+        _, n, m = prices.shape
+        flat = prices.reshape(prices.size)
+        f, g = np.empty(n + 1 + 2 * (m + 1)), np.empty(6 * (m + 1), np.int64)
+        for wi in range(lo, hi):
+            a0 = wi * n * m
+            ascend = _slots_ascend(flat, a0, n, m, k)
+            out[wi] = _assign_min(flat, a0, n, m, k if ascend else m, False, f, 0, g, 0)
+
+    @numba.njit(cache=True)
+    def _assign_one(a, k, by_worker):
+        n, m = a.shape
+        f, g = np.empty(n + 1 + 2 * (m + 1)), np.empty(6 * (m + 1), np.int64)
+        return _assign_min(a.reshape(a.size), 0, n, m, k, by_worker, f, 0, g, 0)
+
+    @numba.njit(cache=True)
+    def _ascend_one(a, k):
+        n, m = a.shape
+        return _slots_ascend(a.reshape(a.size), 0, n, m, k)
+
+    @numba.njit(cache=True)
+    def _window_buffers(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots):
+        n, k = f_tok.shape
+        o = _layout(n, k, slots * k)
+        f, g = np.empty(o[16]), np.empty(o[22], np.int64)
+        for i in range(n):
+            for w in range(k):
+                f[o[2] + i * k + w] = f_tok[i, w]
+                f[o[3] + i * k + w] = f_blk[i, w]
+        for w in range(k):
+            f[o[4] + w], f[o[5] + w], f[o[6] + w], f[o[7] + w] = a_tok[w], a_blk[w], t_tok[w], t_blk[w]
+        return f, g, o
+
+    @numba.njit(cache=True)
+    def _whole_one(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, step):
+        f, _, o = _window_buffers(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots)
+        return _whole_block_prices(f, f_tok.shape[0], f_tok.shape[1], slots, omega, step.size > 0, o)
+
+    @numba.njit(cache=True)
+    def _window_one(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step):
+        f, g, _ = _window_buffers(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots)
+        return _window_opt(f, g, f_tok.shape[0], f_tok.shape[1], slots, omega, block_size, step)
+
+    @numba.njit(cache=True)
+    def _pairwise_rows(x):
+        out = np.empty(x.shape[0])
+        f, g = np.empty(poa_hat.PW_DEPTH), np.empty(3 * poa_hat.PW_DEPTH, np.int64)
+        flat = x.reshape(x.size)
+        for r in range(x.shape[0]):
+            out[r] = _pairwise_sum(flat, r * x.shape[1], x.shape[1], f, 0, g, 0)
+        return out
+
+
+def slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen):
+    """PoA-hat's windows under slot pricing from recorded arrays: (OPT of each window (R, nw), the
+    realized cost of each windowed decision (R, nw * window)); see poa_mc.estimators._slot_sums."""
+    r, n = chosen.shape
+    nw = n // window
+    opt, real = np.empty((r, nw)), np.empty((r, nw * window))
+    args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen)
+    threads.over_ranges(_slot_sums_in, r, *args, opt, real)
+    return opt, real
+
+
+def slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots: int, omega: float, block_size: float):
+    """OPT of each window (W,) under slot pricing at Dynamo's router cost, from the windows'
+    unclipped views f (W, n, K), smallest loads a and gone requests t (W, K); NaN where a price is
+    not finite."""
+    out = np.empty(f_tok.shape[0])
+    args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out)
+    threads.over_ranges(_slot_router_opt_in, f_tok.shape[0], *args)
+    return out
+
+
+def batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
+    """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times, in parallel."""
+    out = np.empty(costs.shape[0])
+    threads.over_ranges(_batch_assign_in, costs.shape[0], costs, slots, out)
+    return out
+
+
+def batch_assign_priced(prices: np.ndarray, k: int) -> np.ndarray:
+    """OPT of each window from full price matrices: prices (W, n, slots * k) C-contiguous -> (W,),
+    columns slot-major over k workers, in parallel."""
+    out = np.empty(prices.shape[0])
+    threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, k, out)
+    return out
+
+
+def assign_min(a: np.ndarray, k: int, by_worker: bool = False) -> float:
+    """The least-cost assignment of a's rows to distinct columns (kernels/poa_hat.py: assign_min)."""
+    return float(_assign_one(np.ascontiguousarray(a, dtype=np.float64), k, by_worker))
+
+
+def slots_ascend(a: np.ndarray, k: int) -> bool:
+    return bool(_ascend_one(np.ascontiguousarray(a, dtype=np.float64), k))
+
+
+def whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots: int, omega: float, step) -> bool:
+    """Whether one window's slot prices are whole block counts (kernels/poa_hat.py)."""
+    return bool(_whole_one(*_windows64(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk), slots, omega, _f64(step)))
+
+
+def window_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots: int, omega: float, block_size: float, step) -> float:
+    """OPT of one window under slot pricing (kernels/poa_hat.py: window_opt)."""
+    args = (*_windows64(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk), slots, omega, block_size, _f64(step))
+    return float(_window_one(*args))
+
+
+def pairwise_rows(x: np.ndarray) -> np.ndarray:
+    """Each row's sum by the kernels' pairwise_sum (numpy's x.sum(axis=1), to the bit)."""
+    return _pairwise_rows(np.ascontiguousarray(x, dtype=np.float64))
+
+
+def _f64(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _windows64(*arrays) -> tuple:
+    return tuple(_f64(x) for x in arrays)
+
+
+def poa_scratch(ip: np.ndarray) -> tuple[int, int]:
+    """(floats, ints) of one replica's PoA-hat scratch (kernels/poa_hat.py)."""
+    return poa_hat.sizes(int(ip[P_N]), int(ip[P_POA_WIN]), int(ip[P_POA_K]), int(ip[P_POA_SLOTS]))
+
+
 _compiled: set[str] = set()
 
 # LLVM's inliner budget while the replica drivers compile (its -O3 default is 250), per build. At
@@ -193,12 +414,16 @@ def _alloc(shapes: dict, n: int) -> dict:
     return {name: _zeros((n, *shape), dtype) for name, (shape, dtype) in shapes.items()}
 
 
-def _call(ip, fp, tabs, edges, a, n, r0=0) -> None:
+def _call(ip, fp, tabs, edges, a, n, r0=0, step=None) -> None:
     (_run_lean if lean(ip) else _run_full)(
         r0, n, ip, fp, tabs, edges, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"],
         a["run"], a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"], a["tally_f"],
         a["tally_h"],
     )  # fmt: skip
+    if ip[P_POA]:  # each thread's replicas' PoA-hat windows, in one scratch of its own
+        nf, ni = poa_scratch(ip)
+        f, g = np.empty(nf), np.empty(ni, dtype=np.int64)
+        _run_poa(r0, n, ip, fp, step, a["out_f"], a["out_i"], a["cand"], a["poa"], f, g)
 
 
 def run_batch(
@@ -210,20 +435,24 @@ def run_batch(
     n: int,
     parallel: bool = True,
     wanted: dict | None = None,
+    step: np.ndarray | None = None,
 ) -> tuple[dict, float]:
-    """Allocate state for n replicas, simulate them (and tally them, with ip[P_TALLY]), return
-    (arrays, seconds spent compiling). parallel=False runs on one thread (results are the same
-    either way). `wanted` is the CUDA target's (what to copy back); here every array is the host's."""
+    """Allocate state for n replicas, simulate them (and tally them, with ip[P_TALLY]; work out their
+    PoA-hat sums, with ip[P_POA], `step` the step table or empty), return (arrays, seconds spent
+    compiling). parallel=False runs on one thread (results are the same either way). `wanted` is
+    the CUDA target's (what to copy back); here every array is the host's."""
     compile_s = 0.0
-    variant = "lean" if lean(ip) else "full"
+    step = np.empty(0) if step is None else step
+    variant = ("lean" if lean(ip) else "full") + ("+poa" if ip[P_POA] else "")
     if variant not in _compiled:
         t0 = time.perf_counter()
         ip1 = ip.copy()
         ip1[P_N] = 1
         ip1[P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
-        with _inliner_budget(INLINE_THRESHOLD[variant]), _plain_indices():
-            _call(ip1, fp, tabs, edges, a1, 0)  # zero replicas: compiles (or loads from cache) without simulating
+        with _inliner_budget(INLINE_THRESHOLD[variant.split("+")[0]]), _plain_indices():
+            # zero replicas: compiles (or loads from cache) without simulating
+            _call(ip1, fp, tabs, edges, a1, 0, 0, step)
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
     a = _alloc(shapes, n)
@@ -232,13 +461,13 @@ def run_batch(
     if n_threads == 1:
         # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
         # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
-        _call(ip, fp, tabs, edges, a, n)
+        _call(ip, fp, tabs, edges, a, n, 0, step)
         return a, compile_s
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
     pool = threads.pool("kernels", n_threads)
-    jobs = [pool.submit(_call, ip, fp, tabs, edges, a, bounds[i + 1], bounds[i]) for i in range(n_threads)]
+    jobs = [pool.submit(_call, ip, fp, tabs, edges, a, bounds[i + 1], bounds[i], step) for i in range(n_threads)]
     try:
         pending = set(jobs)
         while pending:

@@ -19,8 +19,9 @@ if not hasattr(np, "row_stack"):
 
 from numba import cuda  # noqa: E402
 
+from . import poa_hat  # noqa: E402
 from ._cache import keyed_cache_dir  # noqa: E402
-from .layout import OUTPUT_NAMES, P_TALLY, STATE_NAMES  # noqa: E402
+from .layout import OUTPUT_NAMES, P_N, P_POA, P_POA_K, P_POA_SLOTS, P_POA_WIN, P_TALLY, STATE_NAMES  # noqa: E402
 from .source import build  # noqa: E402
 
 THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
@@ -44,11 +45,21 @@ with keyed_cache_dir("cuda"):
             if ip[P_TALLY] == 1:  # on the device: only the tallies need come back for the summary
                 _tally_rows(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
 
+    _replica_sums = _K.replica_sums
+
+    # PoA-hat's windows, a launch of their own after the simulation's: the solver's registers and
+    # scratch stay out of the event loop's kernel
+    @cuda.jit(cache=True)
+    def _poa_kernel(n, ip, fp, step, out_f, out_i, cand, poa, f, g):
+        r = cuda.grid(1)
+        if r < n:
+            _replica_sums(r, ip, fp, step, out_f, out_i, cand, poa, f[r], g[r])
+
 
 _NAMES = STATE_NAMES + OUTPUT_NAMES  # the kernel's argument order
 # the rest of the state stays on the device
 _RETURNED = ("rep_i", "rep_f", "out_f", "out_i", "cand", "tally_f", "tally_h")
-_compiled = False
+_compiled: set[str] = set()
 last_kernel_s = 0.0  # device time of the last launch (CUDA events), for the benchmarks
 
 
@@ -91,13 +102,16 @@ def run_batch(
     n: int,
     parallel: bool = True,
     wanted: dict | None = None,
+    step: np.ndarray | None = None,
 ) -> tuple[dict, float]:
-    """Simulate n replicas on the GPU; returns (host arrays in logical layout, seconds compiling).
+    """Simulate n replicas on the GPU (and, with ip[P_POA], work out their PoA-hat sums, `step`
+    the step table or empty); returns (host arrays in logical layout, seconds compiling).
 
-    `wanted` (None: every request row whole) narrows what comes back of "out_f" and "out_i": their
-    fields `wanted[name]` for every request, and all fields of the first `wanted["rows"]`
-    requests; the rest of the host arrays hold NaN (floats) or INT32_MIN (integers), never read."""
-    global _compiled
+    `wanted` (None: every request row whole) narrows what comes back of "out_f", "out_i" and
+    "cand": their fields `wanted[name]` (for cand: all of it when wanted["cand"]) for every
+    request, and all fields of the first `wanted["rows"]` requests; and, where a replica's PoA-hat
+    sums are NaN (a window the kernels leave to the host), the fields of wanted["fallback"] too.
+    The rest of the host arrays hold NaN (floats) or INT32_MIN (integers), never read."""
     views = {}
     stores = {}
     for name in _NAMES:
@@ -108,18 +122,34 @@ def run_batch(
     tpb = int(os.environ.get("POA_MC_CUDA_TPB", THREADS_PER_BLOCK))
     blocks = max(1, -(-n // tpb))
     args = [views[k] for k in _NAMES]
-    if not _compiled:
+    with_poa = bool(ip[P_POA])
+    if with_poa:
+        nf, ni = poa_hat.sizes(int(ip[P_N]), int(ip[P_POA_WIN]), int(ip[P_POA_K]), int(ip[P_POA_SLOTS]))
+        stores["poa"], views["poa"] = _device_array((3,), np.float64, n)
+        _, poa_f = _device_array((nf,), np.float64, n)
+        _, poa_i = _device_array((ni,), np.int64, n)
+        d_step = cuda.to_device(np.empty(0) if step is None else np.ascontiguousarray(step, dtype=np.float64))
+        poa_args = (views["out_f"], views["out_i"], views["cand"], views["poa"], poa_f, poa_i)
+    if "main" not in _compiled:
         t0 = time.perf_counter()
         _run_kernel[1, 1](0, d_ip, d_fp, d_tabs, d_edges, *args)
         cuda.synchronize()
-        compile_s = time.perf_counter() - t0
-        _compiled = True
+        compile_s += time.perf_counter() - t0
+        _compiled.add("main")
+    if with_poa and "poa" not in _compiled:
+        t0 = time.perf_counter()
+        _poa_kernel[1, 1](0, d_ip, d_fp, d_step, *poa_args)
+        cuda.synchronize()
+        compile_s += time.perf_counter() - t0
+        _compiled.add("poa")
     global last_kernel_s
     start, stop = (cuda.event(), cuda.event()) if not _sim() else (None, None)
     if start is not None:
         start.record()
     t0 = time.perf_counter()
     _run_kernel[blocks, tpb](n, d_ip, d_fp, d_tabs, d_edges, *args)
+    if with_poa:
+        _poa_kernel[blocks, tpb](n, d_ip, d_fp, d_step, *poa_args)
     if stop is not None:
         stop.record()
         stop.synchronize()
@@ -128,9 +158,21 @@ def run_batch(
         last_kernel_s = time.perf_counter() - t0
     cuda.synchronize()
     out = {}
+    if with_poa:
+        out["poa"] = _host(views["poa"])
+    if wanted is not None and with_poa and np.isnan(out["poa"][:, 1]).any():
+        back = wanted.get("fallback", {})
+        wanted = {**wanted, **{k: set(wanted.get(k, ())) | set(v) for k, v in back.items() if k != "cand"}}
+        wanted["cand"] = wanted.get("cand", True) or back.get("cand", False)
     for k in _RETURNED:
         if wanted is not None and k in ("out_f", "out_i"):
             out[k] = _rows_back(stores[k], wanted[k], int(wanted["rows"]))
+        elif wanted is not None and k == "cand" and not wanted.get("cand", True):
+            store = stores[k]  # (2, W, N, R): each (value, worker) plane's first rows
+            shape = store.shape
+            flat = store.reshape(shape[0] * shape[1], shape[2], shape[3])
+            back = _rows_back(flat, (), int(wanted["rows"]))  # (R, N, 2 W)
+            out[k] = back.T.reshape(shape).T
         else:  # replica-last storage seen through a transposed view; the engine slices it as is
             out[k] = _host(views[k])
     return out, compile_s

@@ -51,12 +51,15 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 the prefill stage in columns 0..NP-1, the decode stage in NP..
   tally_f, tally_h              with P_TALLY, each replica's tally of its requests (kernels/tally.py,
                                 where they and their input `edges` are laid out); else (R, 1), (R, 1, 1)
+  poa   float64 (R, 3)          with P_POA, each replica's PoA-hat sums (ACTUAL, OPT, windows; NaN:
+                                worked out on the host instead), kernels/poa_hat.py; its scratch
+                                (one replica's window buffers) is laid out there
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 All of them start zeroed (kernels/cpu.py, kernels/cuda.py).
 """
 
 STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
-OUTPUT_NAMES = ("out_f", "out_i", "cand", "tally_f", "tally_h")
+OUTPUT_NAMES = ("out_f", "out_i", "cand", "tally_f", "tally_h")  # poa: kernels/poa_hat.py, its own pass
 
 # ---- integer parameters (ip) ----
 P_NP = 0  # prefill workers (0 in aggregated)
@@ -126,7 +129,23 @@ P_DEDUP = 63  # 1: cluster.router_blocks = "dynamo" (kernels/router.py): where t
 #               columns); a disaggregated prefill router books no blocks
 P_BSHIFT = 64  # log2(block size) + 1 when it is a power of two, else 0 (blocks.py: block counts by shifts)
 P_TALLY = 65  # 1: each replica's requests are tallied as it ends (kernels/tally.py)
-NP_I = 66
+P_POA = 66  # POA_*: each replica's PoA-hat window sums worked out as it ends (kernels/poa_hat.py), or none
+P_POA_WIN = 67  # PoA-hat: decisions per window
+P_POA_SLOTS = 68  # PoA-hat: slots of each worker in a window's assignment
+P_POA_LO = 69  # PoA-hat: the decision's first candidate worker (its column in cand)
+P_POA_K = 70  # PoA-hat: the decision's candidate workers
+P_POA_TIMES = 71  # POA_T_*: when the decision was made and when the load it booked left
+NP_I = 72
+
+POA_NONE = 0
+POA_ROUTER = 1  # Dynamo's router cost, F_POA_OMEGA * tokens / block size + blocks
+POA_STEP = 2  # the predicted first decode step, tabulated over whole block counts (the step table)
+POA_OBSERVED_STEP = 3  # priced as POA_STEP, the realized cost the observed TTFT after the decision
+POA_T_PREFILL = 0  # prefill_first's prefill choice: made at arrival, its load gone when the prefill ends
+POA_T_AFTER_PREFILL = 1  # prefill_first's decode choice: made as the prefill ends (windows in that
+#                          order), its load gone when the request ends
+POA_T_ARRIVAL = 2  # the other flows' decode choice: made at arrival, tokens gone at the first token,
+#                    blocks at the end
 
 TRACE_NONE = 0
 TRACE_TIMES = 1  # open loop at the rows' timestamps (scaled by F_TSCALE), cyclic from a random offset
@@ -250,7 +269,8 @@ F_TB_DN = 54  # decode batch axis (F_TB_DB)
 F_TB_PN = 55  # prefill attention batch axis (F_TB_PB)
 F_SLO_TTFT = 56  # tally: the [slo] TTFT bound, ms (<= 0: none)
 F_SLO_ITL = 57  # tally: the [slo] ITL bound, ms (<= 0: none)
-NF_P = 58
+F_POA_OMEGA = 58  # PoA-hat: the router cost's weight on tokens (POA_ROUTER)
+NF_P = 59
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only

@@ -15,6 +15,7 @@ from . import (
     meters,
     placement,
     planner,
+    poa_hat,
     prefill,
     queues,
     replay,
@@ -57,8 +58,9 @@ def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     pf = prefill.build(jit, tr, c, ro, ctl, tm, mt, qu, bl, dc, plc, b, jit_inline)
     lp = loop.build(jit, r, tr, h, ctl, pl, rp, rq, dc, plc, b, pf, jit_inline)
     ta = tally.build(jit, jit_inline)
+    ph = poa_hat.build(jit, jit_inline)
     return Namespace(
         rng=r, tiers=tr, replay=rp, cache=c, router=ro, heap=h, controller=ctl, planner=pl, timing=tm, meters=mt,
         queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b, prefill=pf, loop=lp, tally=ta,
-        simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows,
+        poa_hat=ph, simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows, replica_sums=ph.replica_sums,
     )  # fmt: skip

@@ -3,7 +3,8 @@ replica, computed as each batch of replicas leaves the kernels (the requests the
 only as far as `[run] samples` asks). The per-request numbers (counts, sums, extremes, the SLO
 count, histograms) come from the kernels' tally of each replica (kernels/tally.py), made on the
 simulating target, or from the same tally code run here over requests' columns; PoA-hat's window
-sums are worked out here from the recorded candidates.
+sums likewise come from the kernels (kernels/poa_hat.py) or are worked out here from the recorded
+candidates by the same solver.
 
 Every interval poa-mc reports is taken across replicas, so a replica's requests enter the summary
 only through these numbers. The table below is the one definition of the accumulator row
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from poa_mc import sketch
+from poa_mc import poa_plan, sketch
 from poa_mc.estimators import PoaHat, poa_hat_from_candidates
 from poa_mc.kernels import layout as L
 from poa_mc.kernels import tally as T
@@ -48,7 +49,7 @@ from poa_mc.spec import ClusterSpec, ProfileSpec
 SUMMED = T.SUMMED
 SKETCHED = tuple(f"{m}_ms" for m in T.SKETCHED)
 ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8  # a replica's row: histograms and ~64 numbers
-POA_KEYS = ("stage", "window", "slots", "cost", "overlap_weight", "freeze", "pricing")
+POA_KEYS = poa_plan.POA_KEYS
 SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
 MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
 
@@ -159,59 +160,60 @@ def poa_hat_sums(
     cols: dict[str, np.ndarray], spec: dict[str, Any], poa: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """PoA-hat's per-replica window sums (ACTUAL, OPT) and windows per replica over the routing
-    decision [poa] stage names (poa_mc.estimators): its candidate columns, the worker it chose,
-    what it booked there, and its windows in decision order. NaN sums and 0 windows where there is
-    no game (one candidate, a planner moving workers, or no candidates recorded)."""
+    decision [poa] names (poa_mc.poa_plan): the kernels' sums when they made them ("poa_kernel",
+    with the settings they were made for, "poa_settings"), else worked out here from its
+    candidate columns, the worker it chose, what it booked there, and its windows in decision
+    order (poa_mc.estimators; the same numbers). NaN sums and 0 windows where there is no game
+    (one candidate, a planner moving workers, or no candidates recorded)."""
     r, n = np.shape(cols["ttft_ms"])
     nan = (np.full(r, np.nan), np.full(r, np.nan), 0)
-    cluster = ClusterSpec(**spec["cluster"])
-    stage, lo, k = cluster.poa_stage(poa.get("stage", "auto"))
-    if spec.get("planner"):
-        return nan  # the candidates change as the planner moves workers: not a fixed game
-    if k < 2 or not {"cand_tokens", "cand_blocks", f"{stage}_added_tokens"} <= set(cols):
-        return nan  # one candidate is no game: PoA-hat is undefined (null), not a number
-    tokens = np.asarray(cols["cand_tokens"])[:, :, lo : lo + k]
-    blocks = np.asarray(cols["cand_blocks"])[:, :, lo : lo + k]
-    chosen = np.asarray(cols["prefill_worker" if stage == "prefill" else "decode_worker"])
-    add_t, add_b = np.asarray(cols[f"{stage}_added_tokens"]), np.asarray(cols[f"{stage}_added_blocks"])
+    p = poa_plan.plan(spec, poa)
+    if not p.game:
+        return nan  # one candidate is no game, nor a planner's moving one: undefined (null), not a number
+    made = cols.get("poa_kernel")
+    if made is not None and not np.isnan(made[:, 1]).any():
+        if cols.get("poa_settings") != poa_plan.settings(poa):
+            raise ValueError(f"the kernels worked PoA-hat out for {cols.get('poa_settings')}, this reduction has {poa}")
+        return np.array(made[:, 0]), np.array(made[:, 1]), int(made[0, 2]) if r else 0
+    if not {"cand_tokens", "cand_blocks", p.added[0]} <= set(cols):
+        return nan
+    tokens = np.asarray(cols["cand_tokens"])[:, :, p.lo : p.lo + p.k]
+    blocks = np.asarray(cols["cand_blocks"])[:, :, p.lo : p.lo + p.k]
+    chosen = np.asarray(cols[p.chosen])
+    add_t, add_b = (np.asarray(cols[name]) for name in p.added)
     ttft, isl = np.asarray(cols["ttft_ms"]), np.asarray(cols["isl"])
     obs = ttft
-    # when each decision was made and when the load it booked left its worker (see estimators)
+    # when each decision was made and when the load it booked left its worker (poa_mc.poa_plan)
     arrival = np.asarray(cols["arrival_ms"])
     decided = np.asarray(cols["decode_decided_ms"])
     done = arrival + np.asarray(cols["e2e_ms"])
-    if stage == "prefill":  # the prefill worker's booking ends with the prefill
-        t_dec, rel_t, rel_b = arrival, decided, decided
-    elif cluster.flow == "prefill_first":
-        t_dec, rel_t, rel_b = decided, done, done
-    else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
-        t_dec, rel_t, rel_b = arrival, arrival + ttft, done
     order = None
-    if stage == "decode" and cluster.flow == "prefill_first":
+    if p.times == "prefill":  # the prefill worker's booking ends with the prefill
+        t_dec, rel_t, rel_b = arrival, decided, decided
+    elif p.times == "after_prefill":
+        t_dec, rel_t, rel_b = decided, done, done
         # decode decisions come as prefills end, not in arrival order: windows follow them
         order = np.argsort(decided, axis=1, kind="stable")
-        omega = float(spec["policy"].get("decode_overlap_weight", 0.0))
-        cost = {"ttft": "decode_step", "observed": "observed_step"}.get(poa.get("cost", "router"), "router")
-        if cost == "observed_step":  # the decision's observed latency starts when it is made
+        if p.cost == "observed_step":  # the decision's observed latency starts when it is made
             obs = ttft - (decided - arrival)
-    else:
-        omega = float(poa.get("overlap_weight", 1.0))
-        cost = poa.get("cost", "router")
+    else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
+        t_dec, rel_t, rel_b = arrival, arrival + ttft, done
+    cluster = ClusterSpec(**spec["cluster"])
     ph: PoaHat = poa_hat_from_candidates(
         tokens,
         blocks,
         chosen,
         added_tokens=add_t,
         added_blocks=add_b,
-        window=int(poa["window"]),
-        slots=int(poa.get("slots", 0)),
-        cost=cost,
+        window=p.window,
+        slots=p.slots,
+        cost=p.cost,
         block_size=int(cluster.block_size),
-        overlap_weight=omega,
+        overlap_weight=p.omega,
         profile=ProfileSpec(**spec["profile"]),
         isl=isl,
-        freeze=bool(poa.get("freeze", True)),
-        pricing=poa.get("pricing", "slot"),
+        freeze=p.freeze,
+        pricing=p.pricing,
         decode_kv_blocks=int(cluster.decode_kv_blocks),
         ttft_ms=obs,
         decided_ms=t_dec,

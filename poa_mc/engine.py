@@ -61,6 +61,7 @@ then count among the most workers of either pool any split has.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -69,13 +70,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
 
-from poa_mc import sketch, threads
+from poa_mc import poa_plan, sketch, threads
 from poa_mc.kernels import layout as L
-from poa_mc.kernels import tally
+from poa_mc.kernels import poa_hat, tally
 from poa_mc.spec import REGIMES, CellSpec, Dist, ProfileSpec, SpecError
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
@@ -478,6 +480,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "cand": ((requests, n_workers, 2) if record else (1, 1, 2), np.float64),
         "tally_f": ((tally.NTF if ip[L.P_TALLY] else 1,), np.float64),
         "tally_h": ((3, sketch.NBINS) if ip[L.P_TALLY] else (1, 1), np.int32),
+        "poa": ((3,) if ip[L.P_POA] else (1,), np.float64),
     }
 
 
@@ -575,6 +578,7 @@ def simulate(
     after: Future | None = None,
     tally: bool = False,
     slo: dict[str, float] | None = None,
+    poa: dict[str, Any] | None = None,
 ) -> SimResult:
     """Simulate `replicas` independent replicas of one cell; see the module docstring.
 
@@ -622,9 +626,20 @@ def simulate(
         ip[L.P_TALLY] = 1
         fp[L.F_SLO_TTFT] = float((slo or {}).get("ttft_ms", 0.0))
         fp[L.F_SLO_ITL] = float((slo or {}).get("itl_ms", 0.0))
+    step = None  # with the kernels' PoA-hat sums, the step table (empty for the router cost)
+    if tallied and poa is not None and record_candidates:
+        spec_d = dataclasses.asdict(spec)
+        made = poa_plan.kernel_params(poa_plan.plan(spec_d, poa), spec_d, requests)
+        if made is not None:
+            entries, fp[L.F_POA_OMEGA], step = made
+            for j, v in entries.items():
+                ip[j] = v
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
     shapes = _shapes(ip, fp, n_workers, requests, record_candidates)
     per_rep = bytes_per_replica(shapes)
+    if backend == "cuda" and ip[L.P_POA]:  # a GPU's PoA-hat scratch is per replica (a CPU's per thread)
+        nf, ni = poa_hat.sizes(requests, int(ip[L.P_POA_WIN]), int(ip[L.P_POA_K]), int(ip[L.P_POA_SLOTS]))
+        per_rep += 8 * (nf + ni)
     budget = max_batch_bytes if max_batch_bytes is not None else _available_memory() // 2
     if backend == "cuda":
         from poa_mc.kernels import cuda as target
@@ -681,7 +696,7 @@ def simulate(
     n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
     # with the kernels' tallies the host reads of a batch's request rows only the kept samples and
     # what PoA-hat and the conservation count read: on a GPU only those come back (kernels/cuda.py)
-    wanted = _wanted_rows(kept) if tallied else None
+    wanted = _wanted_rows(kept, bool(ip[L.P_POA])) if tallied else None
     logs: dict[str, np.ndarray] = {}
     parts = []
     compile_s = 0.0
@@ -711,10 +726,12 @@ def simulate(
         nr, n = of.shape[0], of.shape[1]
         if kept == n:  # keep_samples just gathered them into the kept samples' blocks
             dense = {**dict(zip(f_names, f_block[:, r0 : r0 + nr])), **dict(zip(i_names, i_block[:, r0 : r0 + nr]))}
-        else:  # with the kernels' tallies, only PoA-hat's fields (the others stay views of the rows)
+        else:  # with the kernels' tallies, only PoA-hat's fields (the others stay views of the rows),
+            # and none where the kernels worked PoA-hat out too
             dense = {}
+            solved = "poa_kernel" in cols and not np.isnan(cols["poa_kernel"][:, 1]).any()
             for names, src, rows, dtype in ((f_names, f_src, of, np.float64), (i_names, i_src, oi, np.int32)):
-                pick = [j for j, name in enumerate(names) if not tallied or name in POA_HAT_FIELDS]
+                pick = [j for j, name in enumerate(names) if not tallied or (name in POA_HAT_FIELDS and not solved)]
                 block = np.empty((len(pick), nr, n), dtype=dtype)
                 _scatter_fields(rows, src[pick], block, 0, n)
                 dense.update(zip([names[j] for j in pick], block))
@@ -727,12 +744,16 @@ def simulate(
             ipb = ip.copy()
             ipb[L.P_RBASE] = r0
             t0 = time.perf_counter()
-            out, csec = target.run_batch(ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel, wanted=wanted)
+            out, csec = target.run_batch(
+                ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel, wanted=wanted, step=step
+            )
             wall += time.perf_counter() - t0 - csec
             compile_s += csec
             cols = _batch_columns(out, ip, spec, record_candidates)
             if tallied:
                 cols.update(tally_f=out["tally_f"], tally_h=out["tally_h"], tally_slo=fp[[L.F_SLO_TTFT, L.F_SLO_ITL]])
+            if ip[L.P_POA]:
+                cols.update(poa_kernel=out["poa"], poa_settings=poa_plan.settings(poa))
             rep_b = _batch_replica(out, ip)
             logs_b = _batch_logs(out, ip, n_log, n_moves)
             if reducer is None:
@@ -830,20 +851,25 @@ def _scatter_fields(
                 dst[j, r0 + r, i] = src[r, i, fields[j]]
 
 
-def _wanted_rows(kept: int) -> dict:
-    """What a tallied batch's reduction and kept samples read of its request rows (the kernels'
-    run_batch `wanted`): every field of the first `kept` requests, and of all of them PoA-hat's
-    fields and the written flag _batch_replica counts. A PoA-hat field of neither kind raises
-    KeyError here rather than reading as NaN from a GPU run."""
+def _wanted_rows(kept: int, poa_in_kernels: bool = False) -> dict:
+    """What a tallied batch's reduction and kept samples read of its request rows and candidates
+    (the kernels' run_batch `wanted`): every field of the first `kept` requests, the written flag
+    _batch_replica counts of all of them, and PoA-hat's fields and candidates of all of them,
+    unless the kernels work PoA-hat out (then only where they leave a replica to the host: its
+    "fallback"). A PoA-hat field of neither kind raises KeyError here rather than reading as NaN
+    from a GPU run."""
     floats = {**dict(zip(SAMPLE_FLOAT_FIELDS, _OF)), "decode_decided_ms": L.OF_DDEC}
     ints = {**dict(zip(SAMPLE_INT_FIELDS, _OI)), **_ADDED}
-    out_f, out_i = set(), {L.OI_DONE}
+    out_f, out_i = set(), set()
     for name in POA_HAT_FIELDS:
         if name in floats:
             out_f.add(floats[name])
         else:
             out_i.add(ints[name])
-    return {"rows": kept, "out_f": out_f, "out_i": out_i}
+    poa = {"out_f": out_f, "out_i": out_i, "cand": True}
+    if poa_in_kernels:
+        return {"rows": kept, "out_f": set(), "out_i": {L.OI_DONE}, "cand": False, "fallback": poa}
+    return {"rows": kept, "out_f": out_f, "out_i": out_i | {L.OI_DONE}, "cand": True}
 
 
 def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:

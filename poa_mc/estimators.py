@@ -470,159 +470,20 @@ def predicted_step_ms(blocks: np.ndarray, profile: ProfileSpec, kv_blocks: int, 
     return np.asarray(decode_ms(profile, np.maximum(b, 0.0) * block_size, kv_blocks, block_size), dtype=np.float64)
 
 
-@numba.njit(cache=True)
-def _workspace(n: int, m: int) -> tuple:  # pragma: no cover
-    """_assign_min_in's buffers for matrices up to n x m: u, v, owner, prev, minv, used, tree,
-    taken, scan."""
-    return (
-        np.empty(n + 1), np.empty(m + 1), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
-        np.empty(m + 1), np.empty(m + 1, np.bool_), np.empty(m + 1, np.int64), np.empty(m + 1, np.int64),
-        np.empty(m + 1, np.int64),
-    )  # fmt: skip
-
-
-@numba.njit(cache=True)
-def _assign_min_in(a: np.ndarray, ws: tuple, k: int, by_worker: bool = False) -> float:  # pragma: no cover
-    """Minimum total cost of assigning every row of a (n x m, n <= m) to a distinct column, on
-    buffers made once by the caller (_workspace: a solve made four arrays per window and two per
-    row otherwise, which cost as much as the arithmetic at the default window).
-
-    Shortest augmenting paths with row/column potentials (the O(n^2 m) Hungarian method): rows are
-    added one at a time; each addition grows a Dijkstra-like tree over reduced costs until it
-    reaches a free column, then flips the path. Needs finite entries (a NaN or inf row never
-    reaches a column): callers check first.
-
-    k < m says the columns are slots of k workers, slot-major (column s * k + w is worker w's slot
-    s; by_worker: w * slots + s), and that every row's cost on a worker is non-decreasing in the
-    slot (_slots_ascend). Then only the columns already taken and each worker's first free slot
-    are scanned: a free column's potential stays 0, so a worker's later free slots never undercut
-    its first one, and the scan keeps the first of equal minima; the tree, the potentials and the
-    assignment are those of the full scan, bit for bit, over (taken + k) columns instead of m.
-    k = m scans every column of any matrix.
-    """
-    n, m = a.shape
-    slots = m // k
-    inf = np.inf
-    u, v, owner, prev, minv, used, tree, taken, scan = ws
-    u[: n + 1] = 0.0
-    v[: m + 1] = 0.0
-    owner[: m + 1] = 0  # owner[j] = row (1-based) assigned to column j, 0 = free
-    prev[: m + 1] = 0
-    taken[:k] = 0  # slots of each worker taken so far: always its first ones
-    # the columns a row scans, ascending as a full scan meets them (scan[:ns]): every worker's
-    # first slot to begin with, then one more as each row takes a worker's first free slot
-    for w in range(k):
-        scan[w] = w * slots + 1 if by_worker else w + 1
-    ns = k
-    for i in range(1, n + 1):
-        owner[0] = i
-        j0 = 0
-        for c in range(ns):
-            minv[scan[c]] = inf
-            used[scan[c]] = False
-        nt = 0  # the columns in the tree, in the order they joined (tree[:nt])
-        while True:
-            used[j0] = True
-            tree[nt] = j0
-            nt += 1
-            i0 = owner[j0]
-            ui0 = u[i0]
-            delta = inf
-            j1 = 0
-            for c in range(ns):
-                j = scan[c]
-                if not used[j]:
-                    cur = a[i0 - 1, j - 1] - ui0 - v[j]
-                    mj = minv[j]
-                    if cur < mj:
-                        mj = cur
-                        minv[j] = cur
-                        prev[j] = j0
-                    if mj < delta:
-                        delta = mj
-                        j1 = j
-            # the tree's rows and columns move by delta; so does every scanned column's minv
-            # (those of the tree are not read again before the next row resets them)
-            for t in range(nt):
-                j = tree[t]
-                u[owner[j]] += delta
-                v[j] -= delta
-            for c in range(ns):
-                minv[scan[c]] -= delta
-            j0 = j1
-            if owner[j0] == 0:
-                break
-        w = (j0 - 1) // slots if by_worker else (j0 - 1) % k
-        taken[w] += 1
-        if taken[w] < slots:  # its next slot joins the scan, in column order
-            j = w * slots + taken[w] + 1 if by_worker else taken[w] * k + w + 1
-            c = ns
-            while scan[c - 1] > j:
-                scan[c] = scan[c - 1]
-                c -= 1
-            scan[c] = j
-            ns += 1
-        while j0 != 0:
-            j1 = prev[j0]
-            owner[j0] = owner[j1]
-            j0 = j1
-    total = 0.0
-    for j in range(1, m + 1):
-        if owner[j] != 0:
-            total += a[owner[j] - 1, j - 1]
-    return total
-
-
-@numba.njit(cache=True)
-def _slots_ascend(a: np.ndarray, k: int) -> bool:  # pragma: no cover
-    """Whether every row's cost on each of k workers is non-decreasing in the slot (columns
-    slot-major): _assign_min_in may then scan a worker's first free slot only."""
-    n, m = a.shape
-    for i in range(n):
-        for j in range(k, m):
-            if a[i, j] < a[i, j - k]:
-                return False
-    return True
-
-
 def _batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
     """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times. Windows
-    are independent: solved in parallel (poa_mc.threads)."""
-    out = np.empty(costs.shape[0])
-    threads.over_ranges(_batch_assign_in, costs.shape[0], costs, slots, out)
-    return out
+    are independent: solved in parallel by the kernels' solver (kernels/poa_hat.py)."""
+    from poa_mc.kernels.cpu import batch_assign
 
-
-@numba.njit(cache=True, nogil=True)
-def _batch_assign_in(lo, hi, costs, slots, out):  # pragma: no cover
-    """_batch_assign's windows lo..hi-1 (buffers made once for them): each worker's column
-    repeated `slots` times, side by side, so a worker's slots cost the same (ascending)."""
-    _, n, k = costs.shape
-    a = np.empty((n, k * slots))
-    ws = _workspace(n, k * slots)
-    for w in range(lo, hi):
-        for i in range(n):
-            for j in range(k):
-                v = costs[w, i, j]
-                for s in range(slots):
-                    a[i, j * slots + s] = v
-        out[w] = _assign_min_in(a, ws, k, True)
+    return batch_assign(costs, slots)
 
 
 def _batch_assign_priced(prices: np.ndarray, k: int) -> np.ndarray:
     """OPT of each window from full price matrices: prices (W, n, slots * k) -> (W,), columns
     slot-major over k workers, in parallel."""
-    out = np.empty(prices.shape[0])
-    threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, k, out)
-    return out
+    from poa_mc.kernels.cpu import batch_assign_priced
 
-
-@numba.njit(cache=True, nogil=True)
-def _batch_assign_priced_in(lo, hi, prices, k, out):  # pragma: no cover
-    _, n, m = prices.shape
-    ws = _workspace(n, m)
-    for w in range(lo, hi):
-        out[w] = _assign_min_in(prices[w], ws, k if _slots_ascend(prices[w], k) else m)
+    return batch_assign_priced(prices, k)
 
 
 def _require_finite(costs: np.ndarray, first_window: int = 0, windows_per_replica: int = 0) -> None:
@@ -663,147 +524,13 @@ def window_opt(costs: np.ndarray, slots: int, *, windows_per_replica: int = 0) -
 Pricer = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
-_WHOLE_MAX = 2.0**40  # whole numbers below this sum exactly in float64, whatever the order
-
-
-@numba.njit(cache=True)
-def _flow_workspace(n: int, k: int) -> tuple:  # pragma: no cover
-    """_flow_opt's buffers for n decisions over k workers: worker of each decision, decisions per
-    worker, route costs, the move that ends each route."""
-    return np.empty(n, np.int64), np.empty(k, np.int64), np.empty(k), np.empty(k, np.int64)
-
-
-@numba.njit(cache=True)
-def _whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, step):  # pragma: no cover
-    """Whether every slot price of a window is the whole number f_blk[i, w] + max(s - t_blk[w], 0)
-    * a_blk[w]: Dynamo's router cost with no weight on tokens (omega 0, the decode choice's default
-    in prefill_first), finite token terms, and whole block loads, added blocks and counts, all >= 0
-    and small enough to sum exactly (_WHOLE_MAX)."""
-    if step.size > 0 or omega != 0.0:
-        return False
-    n, k = f_blk.shape
-    for w in range(k):
-        for x in (a_blk[w], t_blk[w]):
-            if not (x >= 0.0 and x == np.floor(x) and x * slots < _WHOLE_MAX):
-                return False
-        if not (np.isfinite(a_tok[w]) and np.isfinite(t_tok[w])):
-            return False
-    for i in range(n):
-        for w in range(k):
-            x = f_blk[i, w]
-            if not (x >= 0.0 and x == np.floor(x) and x < _WHOLE_MAX and np.isfinite(f_tok[i, w])):
-                return False
-    return True
-
-
-@numba.njit(cache=True)
-def _flow_opt(f, a, t, slots, fw):  # pragma: no cover
-    """OPT of a window whose price for decision i in worker w's slot s is f[i, w] + max(s - t[w],
-    0) * a[w] (_whole_block_prices), by successive shortest paths over the k workers: decisions
-    are placed one by one, each along the cheapest route (straight onto a worker, or onto one
-    whose decisions move on, Bellman-Ford over the workers: an optimal placement leaves no
-    cheaper cycle of moves) ending in some worker's next slot; the slots' prices grow, so each
-    worker fills its first ones. Any optimal assignment of whole prices sums to the same whole
-    number, so this is _assign_min_in's OPT to the bit, at a fraction of its time on windows of
-    near-equal rows (the tree search explores every tie; bench/NOTES.md)."""
-    n, k = f.shape
-    asg, load, dist, via = fw
-    load[:k] = 0
-    for i in range(n):
-        for w in range(k):
-            dist[w] = f[i, w]
-            via[w] = -1
-        for _ in range(k - 1):
-            changed = False
-            for r in range(i):
-                w1 = asg[r]
-                base = dist[w1] - f[r, w1]
-                for w2 in range(k):
-                    nd = base + f[r, w2]
-                    better = (nd < dist[w2]) & (w2 != w1)
-                    dist[w2] = nd if better else dist[w2]
-                    via[w2] = r if better else via[w2]
-                    changed |= better
-            if not changed:
-                break
-        best, best_cost = -1, np.inf
-        for w in range(k):
-            c = dist[w] + max(load[w] - t[w], 0.0) * a[w] if load[w] < slots else np.inf
-            better = c < best_cost
-            best = w if better else best
-            best_cost = c if better else best_cost
-        load[best] += 1
-        w = best
-        for _ in range(k):  # the route's moves, last first: decision r moves into w (k at most)
-            if via[w] < 0:
-                break
-            r = via[w]
-            w, asg[r] = asg[r], w
-        asg[i] = w
-    total = 0.0
-    for i in range(n):
-        total += f[i, asg[i]]
-    for w in range(k):
-        for s in range(load[w]):
-            total += max(s - t[w], 0.0) * a[w]
-    return total
-
-
-@numba.njit(cache=True)
-def _window_opt(  # pragma: no cover
-    f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, buf, ws, fw
-):
-    """OPT of one window under slot pricing, with the generic path's arithmetic: f (n, K), a and t
-    (K,); buf (n, slots * K) and ws (_workspace) the caller's buffers. The price is Dynamo's
-    router cost (router_cost) when `step` is empty, else step[b], the predicted step of a worker
-    holding b blocks (predicted_step_ms tabulated over whole block counts: the decode_step and
-    observed_step flavours). NaN when a price is not finite or a block count not a whole number
-    inside the table (the caller then takes the generic path, which names the window). Whole
-    block prices (_whole_block_prices) are solved over the workers (_flow_opt, buffers fw)."""
-    if _whole_block_prices(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, step):
-        return _flow_opt(f_blk, a_blk, t_blk, slots, fw)
-    n, k = f_tok.shape
-    tabulated = step.size > 0
-    ascend = True  # whether a worker's slots cost no less than the one before (_assign_min_in)
-    for i in range(n):
-        for j in range(slots):
-            for kk in range(k):
-                blk = max(f_blk[i, kk] + max(j - t_blk[kk], 0.0) * a_blk[kk], 0.0)
-                if tabulated:
-                    if not (blk < step.size and blk == np.floor(blk)):
-                        return np.nan
-                    c = step[np.int64(blk)]
-                else:
-                    tok = max(f_tok[i, kk] + max(j - t_tok[kk], 0.0) * a_tok[kk], 0.0)
-                    c = omega * tok / block_size + blk
-                if not np.isfinite(c):
-                    return np.nan
-                if j > 0 and c < buf[i, (j - 1) * k + kk]:
-                    ascend = False
-                buf[i, j * k + kk] = c
-    return _assign_min_in(buf, ws, k if ascend else slots * k)
-
-
 def _slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size):
-    """slot_priced_opt for Dynamo's router cost, priced and solved window by window in compiled
-    code: the same matrices as the generic path, built in place. NaN for a non-finite price."""
-    out = np.empty(f_tok.shape[0])
-    args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out)
-    threads.over_ranges(_slot_router_opt_in, f_tok.shape[0], *args)
-    return out
+    """slot_priced_opt for Dynamo's router cost, priced and solved window by window by the kernels'
+    solver (kernels/poa_hat.py): the same matrices as the generic path, built in place. NaN for a
+    non-finite price."""
+    from poa_mc.kernels.cpu import slot_router_opt
 
-
-@numba.njit(cache=True, nogil=True)
-def _slot_router_opt_in(  # pragma: no cover
-    lo, hi, f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, out
-):
-    _, n, k = f_tok.shape
-    a = np.empty((n, slots * k))
-    ws, fw = _workspace(n, slots * k), _flow_workspace(n, k)
-    no_table = np.empty(0)
-    for w in range(lo, hi):
-        prices = (f_tok[w], f_blk[w], a_tok[w], a_blk[w], t_tok[w], t_blk[w])
-        out[w] = _window_opt(*prices, slots, omega, block_size, no_table, a, ws, fw)
+    return slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size)
 
 
 def _slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen):
@@ -811,7 +538,7 @@ def _slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window,
     the recorded arrays, in compiled code: tok, blk (R, N, K) (any strides), chosen, add_*, dec,
     rel_* (R, N); order (R, N) the decisions in window order (each replica's row a permutation of
     range(N)). The price is the router cost, or with `step` (not empty) the tabulated step
-    (_window_opt); the realized cost of a decision is its price on the recorded view, or with
+    (kernels/poa_hat.py: window_opt); the realized cost of a decision is its price on the recorded view, or with
     `seen` (R, N) (not empty) the observed one. Returns (OPT of each window (R, nw), the realized
     cost of each windowed decision (R, nw * window)). Each window's load before each decision
     (_load_before), smallest loads (_min_added) and requests gone by its last decision
@@ -820,89 +547,10 @@ def _slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window,
     that path builds (W, n, n) and (W, n, K) temporaries and gathers every array into decision
     order first (bench/RESULTS.md). An OPT or realized cost is NaN where a price is not finite, a
     load negative or a block count off the table (the caller then takes the generic path)."""
-    r, n = chosen.shape
-    nw = n // window
-    opt, real = np.empty((r, nw)), np.empty((r, nw * window))
+    from poa_mc.kernels.cpu import slot_sums
+
     args = (tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen)
-    threads.over_ranges(_slot_sums_in, r, *args, opt, real)
-    return opt, real
-
-
-@numba.njit(cache=True, nogil=True)
-def _slot_sums_in(  # pragma: no cover
-    lo, hi, tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen,
-    opt, real,
-):  # fmt: skip
-    """_slot_sums' replicas lo..hi-1 (buffers made once for them)."""
-    k = tok.shape[2]
-    n = window
-    w_tok, w_blk = np.empty((n, k)), np.empty((n, k))  # the window's recorded rows
-    ch = np.empty(n, np.int64)
-    at, ab, dc, rt, rb = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
-    f_tok, f_blk = np.empty((n, k)), np.empty((n, k))
-    a_tok, a_blk, t_tok, t_blk = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
-    a = np.empty((n, slots * k))
-    ws, fw = _workspace(n, slots * k), _flow_workspace(n, k)
-    for r in range(lo, hi):
-        for wi in range(opt.shape[1]):
-            bad = False  # a negative load, or a recorded block count off the step table
-            for i in range(n):
-                e = order[r, wi * n + i]
-                c = chosen[r, e]
-                for kk in range(k):
-                    w_tok[i, kk] = tok[r, e, kk]
-                    w_blk[i, kk] = blk[r, e, kk]
-                if seen.size > 0:
-                    real[r, wi * n + i] = seen[r, e]
-                elif step.size > 0:
-                    b = max(w_blk[i, c], 0.0)
-                    bad |= not (b < step.size and b == np.floor(b))
-                    real[r, wi * n + i] = step[np.int64(b)] if not bad else np.nan
-                else:
-                    real[r, wi * n + i] = omega * w_tok[i, c] / block_size + w_blk[i, c]  # router_cost
-                ch[i] = c
-                at[i], ab[i] = add_t[r, e], add_b[r, e]
-                dc[i], rt[i], rb[i] = dec[r, e], rel_t[r, e], rel_b[r, e]
-                bad |= at[i] < 0 or ab[i] < 0
-            if bad:
-                opt[r, wi] = np.nan
-                continue
-            for i in range(n):
-                # earlier decisions' load still on each worker at decision i, summed in decision
-                # order per worker (as _load_before sums it)
-                t_tok[:] = 0.0
-                t_blk[:] = 0.0
-                for e in range(i):
-                    if rt[e] > dc[i]:
-                        t_tok[ch[e]] += at[e]
-                    if rb[e] > dc[i]:
-                        t_blk[ch[e]] += ab[e]
-                for kk in range(k):
-                    f_tok[i, kk] = w_tok[i, kk] - t_tok[kk]
-                    f_blk[i, kk] = w_blk[i, kk] - t_blk[kk]
-            t_last, least_t, least_b = dc[0], at[0], ab[0]
-            for e in range(1, n):
-                t_last = max(t_last, dc[e])
-                least_t = min(least_t, at[e])
-                least_b = min(least_b, ab[e])
-            a_tok[:] = np.inf
-            a_blk[:] = np.inf
-            t_tok[:] = 0.0
-            t_blk[:] = 0.0
-            for e in range(n):
-                a_tok[ch[e]] = min(a_tok[ch[e]], at[e])
-                a_blk[ch[e]] = min(a_blk[ch[e]], ab[e])
-                if rt[e] <= t_last:
-                    t_tok[ch[e]] += 1.0
-                if rb[e] <= t_last:
-                    t_blk[ch[e]] += 1.0
-            for kk in range(k):
-                if a_tok[kk] == np.inf:  # the router sent it none: the window's smallest load
-                    a_tok[kk] = least_t
-                    a_blk[kk] = least_b
-            opt[r, wi] = _window_opt(
-                f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots, omega, block_size, step, a, ws, fw
-            )
+    return slot_sums(*args)
 
 
 def slot_priced_opt(

@@ -342,6 +342,8 @@ def run_grid(
                 streams = {"keep": keep, "reduce": reduce_batch} if streaming["reduce"] else {}
                 if streaming["tally"]:  # each replica's requests tallied in the kernels
                     streams.update(tally=True, slo=slo)
+                if streaming["poa"]:  # ... and its PoA-hat windows solved there
+                    streams["poa"] = poa_cfg
                 if streaming["overlap"]:  # the cell's last batch is reduced while the next cell simulates
                     streams.update(overlap=True, after=pending)
                 res = simulate(
@@ -473,17 +475,18 @@ def _reducible(run_dir: RunDir, cell_id: str, wanted: str) -> bool:
 def _streams(simulate: Simulate) -> dict[str, bool]:
     """Which of the engine's streaming arguments this simulate takes: `reduce` (with `keep`:
     batches reduced as they leave the kernels), `overlap` (with `after`: a cell's last
-    reduction left running beside the next cell) and `tally` (with `slo`: the kernels tally each
-    replica's requests). A stand-in without `reduce` is reduced from its
-    whole result."""
+    reduction left running beside the next cell), `tally` (with `slo`: the kernels tally each
+    replica's requests) and `poa` (with tally: the kernels work PoA-hat's window sums out). A
+    stand-in without `reduce` is reduced from its whole result."""
     if simulate is _ENGINE:
-        return {"reduce": True, "overlap": True, "tally": True}
+        return {"reduce": True, "overlap": True, "tally": True, "poa": True}
     try:
         params = inspect.signature(simulate).parameters
     except (TypeError, ValueError):
-        return {"reduce": False, "overlap": False, "tally": False}
+        return {"reduce": False, "overlap": False, "tally": False, "poa": False}
     return {
         "reduce": "reduce" in params,
         "overlap": "reduce" in params and "overlap" in params,
         "tally": "reduce" in params and "tally" in params,
+        "poa": "reduce" in params and "tally" in params and "poa" in params,
     }

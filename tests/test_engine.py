@@ -318,21 +318,38 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 red = lambda c, rep, lg, d=dataclasses.asdict(spec): accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
                 sa = simulate(spec, backend="cpu", keep=0, reduce=red, **kw)
                 sb = simulate(spec, backend="cuda", keep=0, reduce=red, **kw)
-                # and each replica tallied on the device (kernels/tally.py) equals the host's tally
-                sc = simulate(spec, backend="cuda", keep=0, reduce=red, tally=True, slo={"ttft_ms": 50.0}, **kw)
+                # and each replica tallied on the device (kernels/tally.py) equals the host's tally, its
+                # PoA-hat windows solved there (kernels/poa_hat.py) the host's sums
+                tl = dict(tally=True, slo={"ttft_ms": 50.0}, poa=poa)
+                sc = simulate(spec, backend="cuda", keep=0, reduce=red, **tl, **kw)
                 assert sa.acc and set(sa.acc) == set(sb.acc) == set(sc.acc), pol
                 for k in sa.acc:
                     assert np.array_equal(sa.acc[k], sb.acc[k], equal_nan=True), (pol, k)
                     assert np.array_equal(sa.acc[k], sc.acc[k], equal_nan=True), (pol, k)
-                # tallied, the device copies back only the kept requests' rows and PoA-hat's fields
-                # of the others: the kept samples, candidates and accumulators still equal the CPU's
-                tk = dict(keep=4, reduce=red, tally=True, slo={"ttft_ms": 50.0}, **kw)
+                # tallied with PoA-hat solved, the device copies back only the kept requests' rows and
+                # candidates: the kept samples, candidates and accumulators still equal the CPU's
+                tk = dict(keep=4, reduce=red, tally=True, slo={"ttft_ms": 50.0}, poa=poa, **kw)
                 sd, se = simulate(spec, backend="cpu", **tk), simulate(spec, backend="cuda", **tk)
                 for got, want in ((se.samples, sd.samples), (se.candidates, sd.candidates), (se.acc, sd.acc)):
                     assert want and set(got) == set(want), pol
                     for k in want:
                         assert np.array_equal(got[k], want[k], equal_nan=True), (pol, k)
                 assert np.array_equal(se.acc["poa_opt"], sa.acc["poa_opt"], equal_nan=True), pol
+                if pol == "kv":  # the other prices and decisions: the step, the observed latency, prefill
+                    for more in ({"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"},
+                                 {"window": 4, "stage": "prefill"}):  # fmt: skip
+                        made = []  # what the kernels handed the host: each replica's sums, none NaN
+                        def rm(c, rep, lg, d=dataclasses.asdict(spec), p=more):
+                            made.append(c.get("poa_kernel"))
+                            return accumulate(c, rep, d, p, {}, lg)
+                        tm = dict(keep=0, reduce=rm, tally=True, slo={}, poa=more, **kw)
+                        sf, sg = simulate(spec, backend="cpu", **tm), simulate(spec, backend="cuda", **tm)
+                        assert len(made) == 2 and all(np.isfinite(m).all() for m in made), (more, made)
+                        sh = simulate(spec, backend="cpu", keep=0, reduce=rm, **kw)  # the host's sums
+                        for k in ("poa_actual", "poa_opt", "poa_windows"):
+                            assert np.array_equal(sf.acc[k], sg.acc[k], equal_nan=True), (more, k)
+                            assert np.array_equal(sf.acc[k], sh.acc[k], equal_nan=True), (more, k)
+                        assert np.isfinite(sf.acc["poa_opt"]).all(), more
             if pol == "tiers":  # hits in both lower tiers, and their copies timed
                 assert a.samples["cached_g2"].sum() > 0 and a.samples["cached_g3"].sum() > 0
                 assert a.samples["onboard_ms"].max() > 0

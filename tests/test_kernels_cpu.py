@@ -65,23 +65,37 @@ def test_both_builds_load_from_the_cache_in_a_new_process_and_stay_apart(tmp_pat
 def test_kernels_never_index_with_a_negative_number(tmp_path):
     # the kernels compile without Numba's wrapping of negative indices (cpu._plain_indices): one
     # would read outside its array. Compiled under NUMBA_BOUNDSCHECK, where any index outside its
-    # dimension raises IndexError, both builds run cells of every path of the kernels
+    # dimension raises IndexError, both builds run cells of every path of the kernels, and
+    # PoA-hat's pass over their rows (kernels/poa_hat.py) works out each price's windows
     script = textwrap.dedent("""
+        import dataclasses
+        import numpy as np
+        from poa_mc.accumulate import accumulate
         from poa_mc.engine import simulate
         from poa_mc.kernels import cpu
         from tests.every_path import cells, trace_cells
         assert cpu.arrayobj.fix_integer_index.__name__ == "fix_integer_index"
         specs = [spec for *_, spec in cells()] + [spec for _, spec in trace_cells()]
+        solved = 0
         for spec in specs:
-            r = simulate(spec, replicas=3, requests=40, warmup=5, seed=5, stream=1)
-            assert (r.replica["status"] == 0).all()
-        runs = (cpu._run_lean, cpu._run_full)
-        print(len(specs), sum(n for d in runs for n in d.stats.cache_misses.values()))
+            for poa in ({"window": 4}, {"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"}):
+                made = []
+                def red(c, rep, lg, d=dataclasses.asdict(spec), p=poa):
+                    made.append(c.get("poa_kernel"))
+                    return accumulate(c, rep, d, p, {}, lg)
+                r = simulate(spec, replicas=3, requests=40, warmup=5, seed=5, stream=1, keep=0, reduce=red,
+                             tally=True, slo={}, poa=poa)
+                r.reduced()
+                assert (r.replica["status"] == 0).all()
+                solved += sum(m is not None and bool(np.isfinite(m).all()) for m in made)
+        runs = (cpu._run_lean, cpu._run_full, cpu._run_poa)
+        print(len(specs), sum(n for d in runs for n in d.stats.cache_misses.values()), solved > 40)
     """)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_BOUNDSCHECK": "1"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1200, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["22", "2"], out.stdout  # 22 cells, each build compiled here
+    # 22 cells, each build and the PoA-hat pass compiled here, most cells' windows solved there
+    assert out.stdout.split() == ["22", "3", "True"], out.stdout
 
 
 def test_plain_indices_apply_while_the_kernels_compile_only():

@@ -162,6 +162,6 @@ def test_a_stand_in_that_reduces_but_does_not_overlap(tmp_path):
     grid = loads_grid(SMALL)
     report = runner.run_grid(grid, out=tmp_path / "out", simulate=simulate, quiet=True)
     assert all(calls) and len(calls) == len(grid.cells()) and report.reduced
-    assert runner._streams(simulate) == {"reduce": True, "overlap": False, "tally": False}
-    assert runner._streams(runner._ENGINE) == {"reduce": True, "overlap": True, "tally": True}
-    assert runner._streams(fake_engine.simulate) == {"reduce": False, "overlap": False, "tally": False}
+    assert runner._streams(simulate) == {"reduce": True, "overlap": False, "tally": False, "poa": False}
+    assert runner._streams(runner._ENGINE) == {"reduce": True, "overlap": True, "tally": True, "poa": True}
+    assert runner._streams(fake_engine.simulate) == {"reduce": False, "overlap": False, "tally": False, "poa": False}
