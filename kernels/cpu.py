@@ -18,7 +18,10 @@ from poa_mc import threads
 
 from . import poa_hat
 from ._cache import keyed_cache_dir
+from .fixed_rows import fixed_last
 from .layout import (
+    FIXED_WIDTH,
+    NPC,
     P_G2CAP,
     P_N,
     P_POA,
@@ -50,7 +53,7 @@ _JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", er
 # compiled 9 s slower and ran slower than plain threads over contiguous chunks, bench/NOTES.md);
 # explicit arguments rather than *arrays (a tuple argument made the replica loop about 7% slower).
 with keyed_cache_dir("cpu"):
-    _K = build(_JIT, _JIT_INLINE)
+    _K = build(_JIT, _JIT_INLINE, fixed=fixed_last)
     _simulate_full = _K.simulate_replica
     _tally_full = _K.tally_rows
 
@@ -81,7 +84,7 @@ def _named_apart(jit, tag: str):
 
 
 with keyed_cache_dir("cpu-lean"):
-    _L = build(_named_apart(_JIT, "lean"), _named_apart(_JIT_INLINE, "lean"), lean=True)
+    _L = build(_named_apart(_JIT, "lean"), _named_apart(_JIT_INLINE, "lean"), lean=True, fixed=fixed_last)
     _simulate_lean = _L.simulate_replica
     _tally_lean = _L.tally_rows
 
@@ -414,7 +417,18 @@ def _alloc(shapes: dict, n: int) -> dict:
     return {name: _zeros((n, *shape), dtype) for name, (shape, dtype) in shapes.items()}
 
 
+def _check_widths(a: dict, lean_build: bool) -> None:
+    """The widths the builds compile as constants (kernels/fixed_rows.py) are the arrays' own: a
+    wrong one would read other rows' fields, so it fails here, loudly, before any kernel runs."""
+    for name, width in FIXED_WIDTH.items():
+        if a[name].shape[-1] != width or not a[name].flags.c_contiguous:
+            raise ValueError(f"kernels: {name} has rows of {a[name].shape[-1]}, the build compiles {width}")
+    if lean_build and a["pc"].shape[-1] != NPC:
+        raise ValueError(f"kernels: pc has rows of {a['pc'].shape[-1]}, the lean build compiles {NPC}")
+
+
 def _call(ip, fp, tabs, edges, a, n, r0=0, step=None) -> None:
+    _check_widths(a, lean(ip))
     (_run_lean if lean(ip) else _run_full)(
         r0, n, ip, fp, tabs, edges, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"],
         a["run"], a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"], a["tally_f"],

@@ -491,6 +491,11 @@ OI_H2 = 14  # tiers: SI_H2
 OI_H3 = 15  # tiers: SI_H3
 OI_H4 = 16  # tiers: SI_H4
 NOI = 17
+NEV = 4  # ev's fields: due ms, worker, group, length
+NCAND = 2  # cand's fields per worker: tokens, blocks
+# the last dimension of these arrays is the same in every cell: the CPU builds compile it as a
+# constant (kernels/fixed_rows.py; pc's only in the lean build, where no tier widens it)
+FIXED_WIDTH = {"slot_i": NSI, "slot_f": NSF, "wk_f": NWF, "ev": NEV, "out_f": NOF, "out_i": NOI, "cand": NCAND}
 
 RNG_F_ISL = 1
 RNG_F_OSL = 2

@@ -17,6 +17,14 @@ from .layout import (
     F_OMEGA,
     F_RATE,
     F_TAU,
+    NCAND,
+    NEV,
+    NOF,
+    NOI,
+    NPC,
+    NSF,
+    NSI,
+    NWF,
     P_ARRIVAL,
     P_C,
     P_CHECK,
@@ -87,8 +95,24 @@ STATUS_STALL = 3
 
 
 def build(
-    jit, rng, tiers, heap, controller, planner, replay, requests, decode, placement, batch, prefill, jit_inline=None
+    jit,
+    rng,
+    tiers,
+    heap,
+    controller,
+    planner,
+    replay,
+    requests,
+    decode,
+    placement,
+    batch,
+    prefill,
+    jit_inline=None,
+    fixed=None,
 ):
+    # `fixed`: kernels/fixed_rows.fixed_last on the CPU, None on CUDA (whose views are strided, so
+    # a constant width would not help); the branch on it is pruned before typing
+    fixed_rows = fixed is not None
     jit_inline = jit_inline or jit
     tiers_on = tiers.enabled  # compile-time constants: False in the lean build (source.build)
     batch_flush = batch.flush
@@ -141,6 +165,16 @@ def build(
         out_i,
         cand,
     ):
+        if fixed_rows:  # the CPU builds: rows of constant width (kernels/fixed_rows.py)
+            slot_i = fixed(slot_i, NSI)
+            slot_f = fixed(slot_f, NSF)
+            wk_f = fixed(wk_f, NWF)
+            ev = fixed(ev, NEV)
+            out_f = fixed(out_f, NOF)
+            out_i = fixed(out_i, NOI)
+            cand = fixed(cand, NCAND)
+            if not tiers_on:
+                pc = fixed(pc, NPC)
         key = rng_replica_key(ip[P_SEED], ip[P_STREAM], ip[P_RBASE] + r)
         n_p = ip[P_NP]
         n_w = n_p + ip[P_ND]

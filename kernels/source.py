@@ -29,7 +29,7 @@ from . import (
 from ._ns import Namespace
 
 
-def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
+def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     """`jit_inline` compiles the per-event functions (each called from one or two places). The CPU
     target inlines them at Numba's IR level: a call there passes ~15 array structs of ~11 words
     each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
@@ -38,7 +38,9 @@ def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     `lean=True` builds the same simulation for cells without lower KV tiers and without a replayed
     trace: those features' branches are constants there and compile out of the inlined event loop
     (a smaller loop the CPU runs about 15% faster, bench/RESULTS.md). A cell gives the same results
-    from either build; kernels/cpu.py picks the lean one for the cells it can run."""
+    from either build; kernels/cpu.py picks the lean one for the cells it can run.
+
+    `fixed` (the CPU's kernels/fixed_rows.fixed_last) compiles the rows' widths as constants."""
     r = rng.build(jit)
     tr = tiers.build(jit, jit_inline, enabled=not lean)
     c = cache.build(jit, tr, jit_inline)
@@ -56,7 +58,7 @@ def build(jit, jit_inline=None, lean: bool = False) -> Namespace:
     plc = placement.build(jit, r, c, ro, ctl, tm, qu, bl, dc, jit_inline)
     b = batch.build(jit, ro, qu, dc, plc)
     pf = prefill.build(jit, tr, c, ro, ctl, tm, mt, qu, bl, dc, plc, b, jit_inline)
-    lp = loop.build(jit, r, tr, h, ctl, pl, rp, rq, dc, plc, b, pf, jit_inline)
+    lp = loop.build(jit, r, tr, h, ctl, pl, rp, rq, dc, plc, b, pf, jit_inline, fixed=fixed)
     ta = tally.build(jit, jit_inline)
     ph = poa_hat.build(jit, jit_inline)
     return Namespace(
