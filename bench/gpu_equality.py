@@ -128,6 +128,7 @@ def _tallies(spec: CellSpec, kw: dict, cpu_result) -> tuple[float, float]:
     in another bin) between a device-tallied streamed run and the host's tally of the CPU run."""
     import dataclasses
 
+    from poa_mc import sketch
     from poa_mc.accumulate import accumulate
 
     poa = {"window": 8}
@@ -145,8 +146,9 @@ def _tallies(spec: CellSpec, kw: dict, cpu_result) -> tuple[float, float]:
             if (fin != np.isfinite(y)).any():
                 return float("inf"), 1.0
             rel = max(rel, float((np.abs(x - y)[fin] / np.maximum(np.abs(x[fin]), 1e-12)).max(initial=0.0)))
-        elif k.startswith("hist_"):
-            moved += int(np.abs(x.astype(np.int64) - dev[k]).sum()) // 2
+        elif k.startswith("hist_") and not k.endswith("_lo"):  # spans: compared whole
+            x, y = sketch.whole(x, host[f"{k}_lo"]), sketch.whole(dev[k], dev[f"{k}_lo"])
+            moved += int(np.abs(x.astype(np.int64) - y).sum()) // 2
             total += int(x.sum())
     return rel, moved / max(total, 1)
 

@@ -20,10 +20,10 @@ only through these numbers. The table below is the one definition of the accumul
 | slo_met                        | int64        | requests within every [slo] bound (-1: none)  |
 | min_<m>, max_<m>               | float64      | exact extremes of m in SKETCHED               |
 | first_arrival_ms, last_arrival_ms | float64   | the first and the last measured arrival       |
-| hist_<m>                       | int32[NBINS] | log-binned histogram of m (poa_mc.sketch); on |
-|                                |              | disk the cell's non-empty span of bins:       |
-|                                |              | hist_<m>_lo (int32, its first bin, every row) |
-|                                |              | and hist_<m> (int32[width])                   |
+| hist_<m>_lo                    | int32        | the first bin of hist_<m> (poa_mc.sketch), the |
+|                                |              | same in every row of a batch and of a cell    |
+| hist_<m>                       | int32[width] | log-binned histogram of m from bin hist_<m>_lo |
+|                                |              | on: the span of bins the rows' values fill    |
 | poa_actual, poa_opt            | float64      | PoA-hat window sums (NaN: no game)            |
 | poa_windows                    | int64        | PoA-hat windows of the replica                |
 | replica_<name>                 | as engine    | SimResult.replica's (replicas,) arrays        |
@@ -48,7 +48,10 @@ from poa_mc.spec import ClusterSpec, ProfileSpec
 
 SUMMED = T.SUMMED
 SKETCHED = tuple(f"{m}_ms" for m in T.SKETCHED)
-ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8  # a replica's row: histograms and ~64 numbers
+# a replica's row, for memory checks (poa_mc.grid): ~64 numbers and its three histograms' spans, taken
+# as 1,000 bins each (values over a 20,000-fold range; the built-in grids' widest span is 615 bins)
+SPAN_BINS = 1000
+ACC_ROW_BYTES = len(SKETCHED) * SPAN_BINS * 4 + 64 * 8
 POA_KEYS = poa_plan.POA_KEYS
 SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
 MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
@@ -97,7 +100,9 @@ def accumulate(
     for h, m in enumerate(T.SKETCHED):
         acc[f"min_{m}"] = tally_f[:, T.TF_MIN + h].copy()
         acc[f"max_{m}"] = tally_f[:, T.TF_MAX + h].copy()
-        acc[f"hist_{m}"] = np.ascontiguousarray(tally_h[:, h])
+        # as a span: a replica's whole histograms are 30 KB, mostly zeros, and a cell holds every
+        # replica's row until it ends (25,600 replicas: 0.8 GB, and twice that joined)
+        acc[f"hist_{m}_lo"], acc[f"hist_{m}"] = sketch.span(tally_h[:, h])
     actual, opt, windows = poa_hat_sums(cols, spec, poa)
     acc["poa_actual"], acc["poa_opt"] = actual, opt
     acc["poa_windows"] = np.full(tally_f.shape[0], windows, dtype=np.int64)
@@ -227,61 +232,54 @@ def poa_hat_sums(
     return ph.actual.astype(np.float64), ph.opt.astype(np.float64), ph.windows
 
 
-def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The accumulator rows of consecutive batches of replicas, in replica order."""
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
 def frame(acc: dict[str, np.ndarray]):
     """One row per replica (`replica` first), 2-D arrays as fixed-size list columns, histograms
-    as the cell's span of non-empty bins (`_span`)."""
+    as the span of bins their rows fill (poa_mc.sketch.span; whole (R, NBINS) ones are trimmed)."""
     import polars as pl
 
     r = len(acc["n"])
     cols = [pl.Series("replica", np.arange(r, dtype=np.int32))]
     for name, arr in acc.items():
+        if name.startswith("hist_") and name.endswith("_lo"):
+            continue
         if name.startswith("hist_"):
-            lo, counts = _span(arr)
+            first = acc.get(f"{name}_lo")
+            if first is None:
+                lo, counts = sketch.span(arr)
+            else:
+                lo, counts = sketch.respan([first], [arr])
+                lo, counts = sketch.span(counts, int(lo[0]) if len(lo) else 0)
             cols += [pl.Series(f"{name}_lo", lo), pl.Series(name, counts)]
         else:
             cols.append(pl.Series(name, np.ascontiguousarray(arr)))
     return pl.DataFrame(cols)
 
 
-def _span(hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bins from the first non-empty one of any row to the last: (each row's first bin, the
-    same for all; (R, width) counts). A cell's requests fill a few dozen of the 2,548 bins: stored
-    whole, the histograms took 0.4 s to read back at 2,560 replicas (polars decoding 20 M
-    mostly-zero numbers), trimmed 5 ms."""
-    used = np.flatnonzero(hist.any(axis=0))
-    a, b = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 1)
-    return np.full(hist.shape[0], a, dtype=np.int32), np.ascontiguousarray(hist[:, a:b], dtype=np.int32)
-
-
-def _unspan(df, name: str) -> np.ndarray:
-    """A histogram column written by `frame` as (R, NBINS) counts again (rows of several cells,
-    as `poa_mc.load(...).acc` concatenates them, may start at different bins)."""
+def _spans_of(df, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A histogram column written by `frame` as (first bins, counts) over the union of its rows'
+    spans (rows of several cells, as `poa_mc.load(...).acc` concatenates them, start at
+    different bins and come as lists)."""
     import polars as pl
 
     col, lo = df[name], df[f"{name}_lo"].to_numpy().astype(np.int64)
-    out = np.zeros((len(lo), sketch.NBINS), dtype=np.int32)
-    if not len(lo):
-        return out
-    if isinstance(col.dtype, pl.Array) and (lo == lo[0]).all():  # one cell's file
-        span = col.to_numpy()
-        out[:, lo[0] : lo[0] + span.shape[1]] = span
-        return out
+    if len(lo) and isinstance(col.dtype, pl.Array) and (lo == lo[0]).all():  # one cell's file
+        return lo.astype(np.int32), np.ascontiguousarray(col.to_numpy(), dtype=np.int32)
     lists = col.cast(pl.List(pl.Int32))
     lens = lists.list.len().to_numpy().astype(np.int64)
     vals = lists.explode().drop_nulls().to_numpy()  # an empty row explodes to one null
     rows = np.repeat(np.arange(len(lo)), lens)
-    within = np.arange(len(vals)) - np.repeat(np.cumsum(lens) - lens, lens)
-    out[rows, lo[rows] + within] = vals
-    return out
+    at = lo[rows] + np.arange(len(vals)) - np.repeat(np.cumsum(lens) - lens, lens)  # each count's bin
+    filled = vals != 0
+    a, b = (int(at[filled].min()), int(at[filled].max()) + 1) if filled.any() else (0, 1)
+    out = np.zeros((len(lo), b - a), dtype=np.int32)
+    out[rows[filled], at[filled] - a] = vals[filled]
+    return np.full(len(lo), a, dtype=np.int32), out
 
 
-def from_frame(df) -> dict[str, np.ndarray]:
-    """The accumulator dict of a frame written by `frame` (in replica order), histograms (R, NBINS)."""
+def from_frame(df, spans: bool = False) -> dict[str, np.ndarray]:
+    """The accumulator dict of a frame written by `frame` (in replica order), histograms as whole
+    (R, NBINS) rows, or with spans=True as `accumulate` makes them (hist_<m>_lo and the union of
+    the rows' spans: what the reducer reads, a fraction of the memory)."""
     if not df["replica"].is_sorted():
         df = df.sort("replica")
     out = {}
@@ -289,8 +287,12 @@ def from_frame(df) -> dict[str, np.ndarray]:
         if name == "replica" or (name.startswith("hist_") and name.endswith("_lo")):
             continue
         if f"{name}_lo" in df.columns:
-            out[name] = _unspan(df, name)
+            lo, counts = _spans_of(df, name)
+            if spans:
+                out[f"{name}_lo"], out[name] = lo, counts
+            else:
+                out[name] = sketch.whole(counts, lo)
             continue
-        x = df[name].to_numpy()  # an Array column comes out 2-D (histograms before _span too)
+        x = df[name].to_numpy()  # an Array column comes out 2-D
         out[name] = x if x.dtype != object else np.stack(x)
     return out

@@ -157,8 +157,9 @@ class SimResult:
 
 
 def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The batches' reductions as one dict of arrays, in replica order."""
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+    """The batches' reductions as one dict of arrays, in replica order (histograms kept as spans
+    over the union of the batches', poa_mc.sketch.join_rows)."""
+    return sketch.join_rows(parts)
 
 
 # worker time integrals from the first measured arrival to the end (kernels/layout.py RF_PBUSY..)
@@ -585,7 +586,8 @@ def simulate(
     `reduce(cols, replica, logs)`, when given, is called on each batch of replicas as it leaves
     the kernels (cols: that batch's samples and candidates, (nr, requests[, W]) each; replica and
     logs as in SimResult) and returns a dict of (nr, ...) arrays; SimResult.acc holds them for all
-    replicas, in replica order. It runs on a thread of its own while the next batch simulates, one
+    replicas, in replica order (a histogram kept as a span, key k beside k + "_lo", over the union
+    of the batches' spans: poa_mc.sketch.join_rows). It runs on a thread of its own while the next batch simulates, one
     batch at a time and in batch order, and must not write into cols. `keep` (None: all) is how
     many measured requests of each replica SimResult.samples and .candidates keep (the first ones).
     With `reduce`, or fewer than all kept, the replicas run in batches of about STREAM_BATCH_BYTES

@@ -315,7 +315,7 @@ def social_cost_per_replica(kind: str, acc: dict[str, np.ndarray]) -> np.ndarray
     if kind == "mean_e2e":
         return acc["sum_e2e_ms"] / acc["n"]
     if kind == "p99_ttft":
-        return sketch.quantile(acc["hist_ttft"], 0.99, acc["min_ttft"], acc["max_ttft"])
+        return sketch.quantile(acc["hist_ttft"], 0.99, acc["min_ttft"], acc["max_ttft"], acc.get("hist_ttft_lo", 0))
     raise ValueError(f"unknown social cost {kind!r}")
 
 

@@ -65,7 +65,8 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
         return acc[f"sum_{name}"] / n
 
     def q(metric: str, p: float) -> np.ndarray:
-        return sketch.quantile(acc[f"hist_{metric}"], p, acc[f"min_{metric}"], acc[f"max_{metric}"])
+        h = f"hist_{metric}"
+        return sketch.quantile(acc[h], p, acc[f"min_{metric}"], acc[f"max_{metric}"], acc.get(f"{h}_lo", 0))
 
     _put(row, "ttft_mean_ms", t_interval(mean("ttft_ms")))
     for p in (50, 90, 99):
@@ -344,7 +345,7 @@ def _cell_acc(
     cid = cell["cell_id"]
     meta = run_dir.read_meta(cid) or {}
     if meta.get("acc_settings") == wanted:
-        return from_frame(run_dir.read_acc(cid))
+        return from_frame(run_dir.read_acc(cid), spans=True)
     if meta.get("samples", "all") != "all" or not run_dir.sample_path(cid).exists():
         changed = sorted(set(overrides or {}) & set(POA_KEYS))
         key = f"poa.{changed[0]}" if changed else _changed_key(meta.get("acc_settings"), wanted)
@@ -353,7 +354,7 @@ def _cell_acc(
             'summary cannot be recomputed with other [poa] / [slo] settings; run again with run.samples = "all"'
         )
     # the per-replica values and logs are the run's; the per-request reduction is redone
-    old = from_frame(run_dir.read_acc(cid))
+    old = from_frame(run_dir.read_acc(cid), spans=True)
     rep = {k.removeprefix("replica_"): v for k, v in old.items() if k.startswith("replica_")}
     logs = {}
     for key, names in (("switch_log", SWITCH_LOG_COLUMNS), ("move_log", MOVE_LOG_COLUMNS)):

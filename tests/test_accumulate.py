@@ -74,7 +74,7 @@ def test_accumulators_against_the_requests():
     np.testing.assert_array_equal(acc["slo_met"], met)
     for m, x in (("ttft", s["ttft_ms"]), ("e2e", s["e2e_ms"])):
         for q in (0.5, 0.9, 0.99):
-            got = sketch.quantile(acc[f"hist_{m}"], q, acc[f"min_{m}"], acc[f"max_{m}"])
+            got = sketch.quantile(acc[f"hist_{m}"], q, acc[f"min_{m}"], acc[f"max_{m}"], acc[f"hist_{m}_lo"])
             exact = np.quantile(x, q, axis=1, method="inverted_cdf")
             assert np.all(np.abs(got / exact - 1) <= sketch.RESOLUTION), (m, q)
     np.testing.assert_array_equal(acc["replica_window_ms"], res.replica["window_ms"])

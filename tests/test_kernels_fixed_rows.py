@@ -3,7 +3,6 @@
 import numba
 import numpy as np
 import pytest
-
 from poa_mc.kernels.fixed_rows import fixed_last
 
 

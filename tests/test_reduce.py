@@ -200,7 +200,7 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     cols = {"ttft_ms": ttft, "e2e_ms": ttft + 90 * itl, "itl_ms": itl, "osl": osl}
     spec = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))}
     acc = accumulate(cols, {}, spec, {"window": 4}, {"ttft_ms": 200.0, "itl_ms": 15.0})
-    q50 = sketch.quantile(acc["hist_itl"], 0.5, acc["min_itl"], acc["max_itl"])
+    q50 = sketch.quantile(acc["hist_itl"], 0.5, acc["min_itl"], acc["max_itl"], acc["hist_itl_lo"])
     np.testing.assert_allclose(q50, [10.0, 8.0], rtol=sketch.RESOLUTION)  # nearest rank of the 3 defined
     assert acc["n_itl"].tolist() == [3, 3] and acc["max_itl"].tolist() == [20.0, 9.0]
     # met: replica 0 -> requests 0 and 2 (1: TTFT, 3: ITL); replica 1 -> 0, 1, 2 (3: TTFT)

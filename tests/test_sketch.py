@@ -70,3 +70,44 @@ def test_the_rank_search_finds_the_bin_a_scan_of_each_row_finds():
         want = np.where(k <= 1, lo, np.where(k >= n, hi, want))
         want = np.where(n > 0, want, np.nan)
         np.testing.assert_array_equal(sketch.quantile(h, q, lo, hi), want)
+
+
+def _batches(seed: int):
+    """Whole histograms of 23 rows in batches of 7, 0, 9 and 7 rows; the second-to-last batch's
+    values lie apart from the others' (a span of its own), the last batch is empty."""
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(5.0, 0.3, (23, 50))
+    x[7:16] *= 40.0
+    h = sketch.histograms(x)
+    h[16:] = 0
+    return x, h, (0, 7, 7, 16, 23)
+
+
+def test_spans_joined_over_their_union_equal_the_whole_rows():
+    x, h, cut = _batches(1)
+    parts = []
+    for a, b in zip(cut, cut[1:]):
+        lo, counts = sketch.span(h[a:b])
+        assert counts.shape[1] < sketch.NBINS and len(set(lo.tolist())) <= 1
+        parts.append({"n": np.arange(a, b), "hist_t_lo": lo, "hist_t": counts})
+    joined = sketch.join_rows(parts)
+    assert list(joined) == ["n", "hist_t_lo", "hist_t"] and joined["n"].tolist() == list(range(23))
+    np.testing.assert_array_equal(sketch.whole(joined["hist_t"], joined["hist_t_lo"]), h)
+    # the union of the filled parts' spans, no wider: the empty batch adds no bins
+    used = np.flatnonzero(h.any(axis=0))
+    assert (joined["hist_t_lo"] == used[0]).all() and joined["hist_t"].shape == (23, used[-1] - used[0] + 1)
+    # quantiles read from a span, given its first bin, are the whole rows' (to the bit)
+    for q in (0.0, 0.5, 0.99, 1.0):
+        got = sketch.quantile(joined["hist_t"], q, x.min(1), x.max(1), joined["hist_t_lo"])
+        np.testing.assert_array_equal(got, sketch.quantile(h, q, x.min(1), x.max(1)))
+
+
+def test_rows_of_several_spans_stack_over_their_union():
+    _, h, _ = _batches(2)
+    firsts, rows = zip(*(sketch.span(h[i : i + 1]) for i in range(len(h))))  # a first bin per row
+    lo, counts = sketch.respan(list(firsts), list(rows))
+    np.testing.assert_array_equal(sketch.whole(counts, lo), h)
+    # trimmed again from a known first bin: the same rows
+    lo2, counts2 = sketch.span(counts, int(lo[0]))
+    np.testing.assert_array_equal(sketch.whole(counts2, lo2), h)
+    assert sketch.join_rows([]) == {} and sketch.respan([], [])[1].shape == (0, 1)
