@@ -48,6 +48,11 @@ def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
     assert set(streamed.acc) == set(ref)
     for k, v in ref.items():
         np.testing.assert_array_equal(streamed.acc[k], v, err_msg=k)
+    # histograms are held as the span of bins the batches fill, not whole (memory, docs/outputs.md)
+    for m in ("ttft", "e2e"):
+        bins = sketch.bin_of(whole.samples[f"{m}_ms"])
+        assert (streamed.acc[f"hist_{m}_lo"] == bins.min()).all()
+        assert streamed.acc[f"hist_{m}"].shape == (RUN["replicas"], bins.max() - bins.min() + 1)
     assert np.isfinite(ref["poa_opt"]).all() and ref["poa_windows"][0] == RUN["requests"] // POA["window"]
     # each replica tallied in the kernels as it ends (kernels/tally.py): the same bits again
     tallied = engine.simulate(SPEC, **RUN, keep=0, reduce=_reducer(SPEC), tally=True, slo=SLO)
