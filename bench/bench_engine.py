@@ -5,7 +5,7 @@ router, 1P/5D, C = 64, 256 replicas x 2000 measured requests (plus warm-up). Pri
 requests per wall second (compile excluded, reported apart), peak memory and state bytes per
 replica, and appends a row to bench/RESULTS.md with --record.
 
-    python bench/bench_engine.py [--replicas 256] [--requests 2000] [--backend cpu] [--record]
+    python bench/bench_engine.py [--replicas 256] [--requests 2000] [--backend cpu] [--record] [--each]
     python bench/bench_engine.py --streamed tally   # batches as `poa-mc run` streams them, tallied
 
 --streamed plain / tally / poa: the kernels' cost of the replicas' tally (kernels/tally.py) and of
@@ -59,6 +59,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--record", action="store_true", help="append the result to bench/RESULTS.md")
     ap.add_argument("--serial", action="store_true", help="one thread (steadier for A/B comparisons)")
+    ap.add_argument("--each", action="store_true", help="also print each call's rate, in call order")
     ap.add_argument("--decode-kv-blocks", type=int, default=None, help="e.g. 1200: a cell under KV pressure")
     ap.add_argument("--profile", default=None, help="a built-in profile instead of dynamo-mocker, e.g. an aic table")
     ap.add_argument(
@@ -119,6 +120,8 @@ def main() -> int:
     if "preemptions" in first.replica:  # older commits (bench/at_commit.py) have no such counter
         line += f", {first.replica['preemptions'].sum() / simulated:.3f} preemptions/request"
     print(line)
+    if a.each:
+        print("each call (M req/s): " + " ".join(f"{simulated / w / 1e6:.2f}" for w in walls))
     if a.record:
         out = Path(__file__).with_name("RESULTS.md")
         stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
