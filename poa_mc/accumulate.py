@@ -48,10 +48,9 @@ from poa_mc.spec import ClusterSpec, ProfileSpec
 
 SUMMED = T.SUMMED
 SKETCHED = tuple(f"{m}_ms" for m in T.SKETCHED)
-# a replica's row, for memory checks (poa_mc.grid): ~64 numbers and its three histograms' spans, taken
-# as 1,000 bins each (values over a 20,000-fold range; the built-in grids' widest span is 615 bins)
-SPAN_BINS = 1000
-ACC_ROW_BYTES = len(SKETCHED) * SPAN_BINS * 4 + 64 * 8
+# a replica's row at most, for memory checks (poa_mc.grid): ~64 numbers and its three histograms'
+# spans, each at most NBINS wide (the built-in grids' widest is 615 bins: a bound, not an estimate)
+ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8
 POA_KEYS = poa_plan.POA_KEYS
 SWITCH_LOG_COLUMNS = ("ctl_switch_ms", "ctl_switch_from", "ctl_switch_to")  # 0 below, 1 transition, 2 saturated
 MOVE_LOG_COLUMNS = ("plan_move_ms", "plan_n_prefill", "plan_n_decode")  # the split a planner move made
@@ -244,11 +243,9 @@ def frame(acc: dict[str, np.ndarray]):
             continue
         if name.startswith("hist_"):
             first = acc.get(f"{name}_lo")
-            if first is None:
-                lo, counts = sketch.span(arr)
-            else:
-                lo, counts = sketch.respan([first], [arr])
-                lo, counts = sketch.span(counts, int(lo[0]) if len(lo) else 0)
+            if first is not None and len(first) and not (first == first[0]).all():
+                first, arr = sketch.respan([first], [arr])  # one first bin for every row
+            lo, counts = sketch.span(arr, int(first[0]) if first is not None and len(first) else 0)
             cols += [pl.Series(f"{name}_lo", lo), pl.Series(name, counts)]
         else:
             cols.append(pl.Series(name, np.ascontiguousarray(arr)))

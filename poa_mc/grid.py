@@ -249,8 +249,8 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
         keep = run.keep()
         kept = run.requests if keep is None else keep
         batch_state = min(run.replicas * plan["state"], avail // 2, max(plan["state"], STREAM_BATCH_BYTES))
-        # only the kept requests stay; every replica's accumulator row (its histograms' spans) is
-        # held a few times over (the batches' rows, joined, then as a frame)
+        # only the kept requests stay; every replica's accumulator row (its histograms' spans, taken
+        # at their widest) is held a few times over (the batches' rows, joined, then as a frame)
         need = 2 * plan["results"] * kept // run.requests + batch_state + 3 * run.replicas * ACC_ROW_BYTES
         if need > avail:
             raise ConfigError(

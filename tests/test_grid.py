@@ -79,7 +79,7 @@ def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
         check_memory(big.cells(), big.run, available=8 << 30)  # the results of 96 M requests
     assert e.value.path == "run.replicas" and "--shard" in str(e.value) and "run.samples" in str(e.value)
     # 20,000 replicas of 20,000 requests: every sample kept is far too much; none kept, the run
-    # streams through one batch at a time and only the replicas' accumulator rows (~13 KB at most) stay
+    # streams through one batch at a time and only the replicas' accumulator rows (~31 KB at most) stay
     wide = SMALL.replace("replicas = 6", "replicas = 20000").replace("requests = 48", "requests = 20000")
     with pytest.raises(ConfigError, match="run.samples"):
         check_memory(loads_grid(wide).cells(), loads_grid(wide).run, available=8 << 30)

@@ -111,3 +111,12 @@ def test_rows_of_several_spans_stack_over_their_union():
     lo2, counts2 = sketch.span(counts, int(lo[0]))
     np.testing.assert_array_equal(sketch.whole(counts2, lo2), h)
     assert sketch.join_rows([]) == {} and sketch.respan([], [])[1].shape == (0, 1)
+
+
+def test_only_hist_keys_are_joined_as_spans():
+    # a reducer's own `x` / `x_lo` pair (an interval's bounds, say) is concatenated as it is
+    a = {"ci": np.array([1.5]), "ci_lo": np.array([0.5]), "v": np.array([[1.5, 2.5]]), "v_lo": np.array([0])}
+    b = {"ci": np.array([3.5]), "ci_lo": np.array([2.5]), "v": np.array([[3.5, 4.5]]), "v_lo": np.array([1])}
+    joined = sketch.join_rows([a, b])
+    np.testing.assert_array_equal(joined["v"], [[1.5, 2.5], [3.5, 4.5]])
+    np.testing.assert_array_equal(joined["ci_lo"], [0.5, 2.5])
