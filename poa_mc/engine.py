@@ -586,13 +586,13 @@ def simulate(
     `reduce(cols, replica, logs)`, when given, is called on each batch of replicas as it leaves
     the kernels (cols: that batch's samples and candidates, (nr, requests[, W]) each; replica and
     logs as in SimResult) and returns a dict of (nr, ...) arrays; SimResult.acc holds them for all
-    replicas, in replica order (a histogram kept as a span, key k beside k + "_lo", over the union
-    of the batches' spans: poa_mc.sketch.join_rows). It runs on a thread of its own while the next batch simulates, one
-    batch at a time and in batch order, and must not write into cols. `keep` (None: all) is how
-    many measured requests of each replica SimResult.samples and .candidates keep (the first ones).
-    With `reduce`, or fewer than all kept, the replicas run in batches of about STREAM_BATCH_BYTES
-    on the CPU (an eighth of the host's memory on CUDA): with nothing kept, memory is flat in the
-    number of requests per replica.
+    replicas, in replica order (a histogram kept as a span, `hist_*` beside `hist_*_lo`, over the
+    union of the batches' spans: poa_mc.sketch.join_rows). It runs on a thread of its own while
+    the next batch simulates, one batch at a time and in batch order, and must not write into
+    cols. `keep` (None: all) is how many measured requests of each replica SimResult.samples and
+    .candidates keep (the first ones). With `reduce`, or fewer than all kept, the replicas run in
+    batches of about STREAM_BATCH_BYTES on the CPU (an eighth of the host's memory on CUDA): with
+    nothing kept, memory is flat in the number of requests per replica.
 
     overlap=True (with `reduce`) returns once the kernels are done, the last batch's reduction
     still running: SimResult.reduced() waits for it (a grid's next cell then simulates beside it).
