@@ -285,6 +285,12 @@ def run(
         summary, poa = (pl.read_parquet(report.out / f"{t}.parquet") for t in ("summary", "poa"))
         print_results(summary, poa, grid.poa.selfish)
     if report.reduced:
+        import polars as pl
+
+        from poa_mc.console import summary_notes
+
+        for line in summary_notes(pl.read_parquet(report.out / "summary.parquet"), grid.run.warmup):
+            click.echo(line, err=True)
         say(f"results: {report.out / 'summary.parquet'}, {report.out / 'poa.parquet'}")
         if report.plots:
             say(f"plots:   {report.out / 'plots'}/ ({', '.join(p.name for p in report.plots)})")
@@ -460,6 +466,13 @@ def reduce(
         summary, poa = reduce_run(run_dir, allow_partial=allow_partial, overrides=overrides)
         click.echo(f"summary: {run_dir / 'summary.parquet'} ({summary.height} cells)")
         click.echo(f"poa:     {run_dir / 'poa.parquet'} ({poa.height} topology x load points)")
+        import json
+
+        from poa_mc.console import summary_notes
+
+        warm = int(json.loads((run_dir / "manifest.json").read_text())["grid"]["run"]["warmup"])
+        for line in summary_notes(summary, warm):
+            click.echo(line, err=True)
         if plot and poa.height:
             from poa_mc.plots import plot_run
 

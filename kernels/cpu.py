@@ -289,24 +289,43 @@ def slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, slots: int, omega:
     return out
 
 
+def _unsolved(out: np.ndarray, costs: np.ndarray) -> None:
+    """Raise ValueError for the first window the solver could not solve (NaN: a non-finite cost,
+    or more rows than columns), naming it and its first non-finite row."""
+    if not np.isnan(out).any():
+        return
+    w = int(np.flatnonzero(np.isnan(out))[0])
+    c = np.asarray(costs[w])
+    rows = np.flatnonzero(~np.isfinite(c.reshape(c.shape[0], -1)).all(axis=1)) if c.ndim >= 2 else []
+    what = f"non-finite costs in row {int(rows[0])}" if len(rows) else "no assignment (more rows than columns?)"
+    raise ValueError(f"PoA-hat window {w}: {what}; the assignment needs finite costs")
+
+
 def batch_assign(costs: np.ndarray, slots: int) -> np.ndarray:
-    """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times, in parallel."""
+    """OPT of each window: costs (W, n, K) -> (W,), every worker offered `slots` times, in parallel.
+    ValueError for a window with a non-finite cost (the solver flags it: kernels/poa_hat.py)."""
     out = np.empty(costs.shape[0])
     threads.over_ranges(_batch_assign_in, costs.shape[0], costs, slots, out)
+    _unsolved(out, costs)
     return out
 
 
 def batch_assign_priced(prices: np.ndarray, k: int) -> np.ndarray:
     """OPT of each window from full price matrices: prices (W, n, slots * k) C-contiguous -> (W,),
-    columns slot-major over k workers, in parallel."""
+    columns slot-major over k workers, in parallel. ValueError for a window with a non-finite price."""
     out = np.empty(prices.shape[0])
     threads.over_ranges(_batch_assign_priced_in, prices.shape[0], prices, k, out)
+    _unsolved(out, prices)
     return out
 
 
 def assign_min(a: np.ndarray, k: int, by_worker: bool = False) -> float:
-    """The least-cost assignment of a's rows to distinct columns (kernels/poa_hat.py: assign_min)."""
-    return float(_assign_one(np.ascontiguousarray(a, dtype=np.float64), k, by_worker))
+    """The least-cost assignment of a's rows to distinct columns (kernels/poa_hat.py: assign_min);
+    ValueError for a non-finite entry."""
+    total = float(_assign_one(np.ascontiguousarray(a, dtype=np.float64), k, by_worker))
+    if np.isnan(total):
+        raise ValueError("assign_min: the assignment needs finite costs (and no more rows than columns)")
+    return total
 
 
 def slots_ascend(a: np.ndarray, k: int) -> bool:

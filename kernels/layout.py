@@ -432,7 +432,9 @@ RI_PL_NG = 27  # planner: inter-token gaps of the requests completed in the inte
 RI_TJ0 = 28  # trace: the replica's first row (timestamps) or first session (closed, in order)
 RI_TSESS = 29  # trace, closed replay: sessions started so far
 RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (decode.py)
-NRI = 31
+RI_DONE_WIN = 31  # completions (any request) after the first measured arrival and before the last one:
+#                   the open loop's throughput window (poa_mc.reduce)
+NRI = 32
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

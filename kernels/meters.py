@@ -1,13 +1,16 @@
-"""Replica-level time integrals: the requests in flight (Little's law: poa_mc.reduce's throughput)
+"""Replica-level time integrals: the requests in flight (Little's law: poa_mc.reduce's closed-loop
+throughput), the completions inside the measured arrivals' window (its open-loop throughput)
 and the workers' busy time, running sequences and held blocks (summary.parquet's utilisation
 columns). Each counts only from the first measured arrival on."""
 
 from ._ns import Namespace
 from .layout import (
+    P_N,
     P_WARM,
     RF_FIRST_ARR,
     RF_INFL,
     RF_INFL_T,
+    RI_DONE_WIN,
     RI_INFLIGHT,
     RI_SEQ,
 )
@@ -23,6 +26,10 @@ def build(jit, jit_inline=None):
         mean in flight over the mean time in flight, poa_mc.reduce)."""
         if rep_i[r, RI_SEQ] > ip[P_WARM]:
             rep_f[r, RF_INFL] += rep_i[r, RI_INFLIGHT] * (t - rep_f[r, RF_INFL_T])
+            # a completion between the first and the last measured arrival: the window an open
+            # loop's throughput is counted over ends at an arrival, not at a straggler's completion
+            if delta < 0 and rep_i[r, RI_SEQ] < ip[P_WARM] + ip[P_N]:
+                rep_i[r, RI_DONE_WIN] += 1
         rep_f[r, RF_INFL_T] = t
         rep_i[r, RI_INFLIGHT] += delta
 

@@ -115,7 +115,8 @@ def build(jit, jit_inline=None):
         Shortest augmenting paths with row/column potentials (the O(n^2 m) Hungarian method):
         rows are added one at a time; each addition grows a Dijkstra-like tree over reduced costs
         until it reaches a free column, then flips the path. Needs finite entries (a NaN or inf
-        row never reaches a column): callers check first.
+        row never reaches a column): it returns NaN for a matrix with a NaN or infinite entry (or
+        rows that find no free column, n > m), without starting, and the host raises (kernels/cpu.py).
 
         k < m says the columns are slots of k workers, slot-major (column s k + w is worker w's
         slot s; by_worker: w slots + s), and that every row's cost on a worker is non-decreasing
@@ -124,6 +125,9 @@ def build(jit, jit_inline=None):
         never undercut its first one, and the scan keeps the first of equal minima; the tree, the
         potentials and the assignment are those of the full scan, bit for bit, over (taken + k)
         columns instead of m. k = m scans every column of any matrix."""
+        for e in range(n * m):  # a non-finite entry would loop forever (or undercut every column)
+            if not math.isfinite(a[a0 + e]):
+                return math.nan
         slots = m // k
         inf = math.inf
         u = f0  # row potentials (n + 1)
@@ -176,6 +180,8 @@ def build(jit, jit_inline=None):
                             j1 = j
                 # the tree's rows and columns move by delta; so does every scanned column's minimum
                 # (those of the tree are not read again before the next row resets them)
+                if j1 == 0:  # no free column left to reach (n > m): never ends
+                    return math.nan
                 for t in range(nt):
                     j = g[tr + t]
                     f[u + g[ow + j]] += delta

@@ -57,7 +57,9 @@ SUMMED = (
     "ttft_ms", "e2e_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl", "prompt_blocks", "cached_blocks",
     "cached_g2", "cached_g3", "cached_g4",
 )  # fmt: skip
-NTF = TF_SUM + len(SUMMED)
+TF_BATCH = TF_SUM + len(SUMMED)  # TTFT summed over each of NB_BATCH batches of the measured requests
+NB_BATCH = 16  # batch b holds rows i with i * NB_BATCH // n == b (arrival order): the warm-up check's series
+NTF = TF_BATCH + NB_BATCH
 SKETCHED = ("ttft", "e2e", "itl")  # tally_h's rows
 H_TTFT = 0
 H_E2E = 1
@@ -92,11 +94,13 @@ def build(jit, jit_inline=None):
 
     @jit_inline
     def tally_one(
-        fp, edges, tally_f, tally_h, r, arr, ttft, e2e, itl, pwait, dwait, onb, osl, pblk, cached, g2, g3, g4
+        fp, edges, tally_f, tally_h, r, b, arr, ttft, e2e, itl, pwait, dwait, onb, osl, pblk, cached, g2, g3, g4
     ):  # fmt: skip
-        """One measured request into replica r's tally (its fields as the kernels write them)."""
+        """One measured request, of batch b (TF_BATCH), into replica r's tally (its fields as the
+        kernels write them)."""
         gaps = osl - 1.0 if osl > 1.0 else 0.0
         tally_f[r, TF_N] += 1.0
+        tally_f[r, TF_BATCH + b] += ttft
         tally_f[r, TF_SUM] += ttft
         tally_f[r, TF_SUM + 1] += e2e
         tally_f[r, TF_SUM + 2] += pwait
@@ -155,9 +159,11 @@ def build(jit, jit_inline=None):
     def tally_rows(ip, fp, edges, out_f, out_i, tally_f, tally_h, r):
         """Replica r's tally from its request rows (out_f, out_i: layout.py), in row order."""
         start(fp, tally_f, r)
-        for i in range(ip[P_N]):
+        n = ip[P_N]
+        for i in range(n):
             tally_one(
-                fp, edges, tally_f, tally_h, r, out_f[r, i, OF_ARR], out_f[r, i, OF_TTFT], out_f[r, i, OF_E2E],
+                fp, edges, tally_f, tally_h, r, (i * NB_BATCH) // n, out_f[r, i, OF_ARR], out_f[r, i, OF_TTFT],
+                out_f[r, i, OF_E2E],
                 out_f[r, i, OF_ITL], out_f[r, i, OF_PWAIT], out_f[r, i, OF_DWAIT], out_f[r, i, OF_ONB],
                 np.float64(out_i[r, i, OI_OSL]), np.float64(out_i[r, i, OI_PBLK]), np.float64(out_i[r, i, OI_CACHED]),
                 np.float64(out_i[r, i, OI_H2]), np.float64(out_i[r, i, OI_H3]), np.float64(out_i[r, i, OI_H4]),
@@ -167,11 +173,13 @@ def build(jit, jit_inline=None):
     def tally_columns(fp, edges, cols, tally_f, tally_h):
         """The tallies of R replicas from their requests' columns, cols (13, R, N) float64 in the
         order of tally_one's fields (arrival .. g4); tally_f and tally_h as in the module table."""
+        n = cols.shape[2]
         for r in range(cols.shape[1]):
             start(fp, tally_f, r)
-            for i in range(cols.shape[2]):
+            for i in range(n):
                 tally_one(
-                    fp, edges, tally_f, tally_h, r, cols[0, r, i], cols[1, r, i], cols[2, r, i], cols[3, r, i],
+                    fp, edges, tally_f, tally_h, r, (i * NB_BATCH) // n, cols[0, r, i], cols[1, r, i], cols[2, r, i],
+                    cols[3, r, i],
                     cols[4, r, i], cols[5, r, i], cols[6, r, i], cols[7, r, i], cols[8, r, i], cols[9, r, i],
                     cols[10, r, i], cols[11, r, i], cols[12, r, i],
                 )  # fmt: skip

@@ -20,6 +20,9 @@ only through these numbers. The table below is the one definition of the accumul
 | slo_met                        | int64        | requests within every [slo] bound (-1: none)  |
 | min_<m>, max_<m>               | float64      | exact extremes of m in SKETCHED               |
 | first_arrival_ms, last_arrival_ms | float64   | the first and the last measured arrival       |
+| batch_ttft                     | float64[16]  | TTFT summed over each sixteenth of the        |
+|                                |              | measured requests in arrival order (warm-up   |
+|                                |              | check, poa_mc.warmup)                         |
 | hist_<m>_lo                    | int32        | the first bin of hist_<m> (poa_mc.sketch), the |
 |                                |              | same in every row of a batch and of a cell    |
 | hist_<m>                       | int32[width] | log-binned histogram of m from bin hist_<m>_lo |
@@ -96,6 +99,7 @@ def accumulate(
     if "arrival_ms" in present:
         acc["first_arrival_ms"] = tally_f[:, T.TF_FIRST_ARR].copy()
         acc["last_arrival_ms"] = tally_f[:, T.TF_LAST_ARR].copy()
+    acc["batch_ttft"] = tally_f[:, T.TF_BATCH : T.TF_BATCH + T.NB_BATCH].copy()
     for h, m in enumerate(T.SKETCHED):
         acc[f"min_{m}"] = tally_f[:, T.TF_MIN + h].copy()
         acc[f"max_{m}"] = tally_f[:, T.TF_MAX + h].copy()

@@ -175,6 +175,35 @@ def results_table(summary: Any, poa: Any, selfish: str) -> Any:
     return table
 
 
+def summary_notes(summary: Any, warmup: int) -> list[str]:
+    """What a reader of the summary must know before trusting a figure: cells whose warm-up left a
+    transient (poa_mc.warmup), and cells whose replicas all came out the same (zero-width
+    intervals that measure nothing about run-to-run variation)."""
+    import polars as pl
+
+    out = []
+    if "warmup_suggested" in summary.columns:
+        short = summary.filter(pl.col("warmup_suggested").is_not_null())
+        if short.height:
+            most = int(short["warmup_suggested"].max())
+            first = short.row(0, named=True)
+            axis = first["load_axis"]
+            at = f"{axis} {first['concurrency' if axis == 'concurrency' else 'rate']}"
+            out.append(
+                f"warning: run.warmup = {warmup} leaves a start-up transient in mean TTFT and the latencies of "
+                f"{short.height} of {summary.height} cells (e.g. {first['topology']} {first['policy']} at {at}); "
+                f"use warmup >= {most:,} (summary.parquet: warmup_suggested, warmup_drift)"
+            )
+    if "replicas_identical" in summary.columns:
+        same = summary.filter(pl.col("replicas_identical"))
+        if same.height:
+            out.append(
+                f"note: in {same.height} of {summary.height} cells all replicas are identical (nothing random "
+                "drives them): their intervals have zero width (summary.parquet: replicas_identical)"
+            )
+    return out
+
+
 def print_results(summary: Any, poa: Any, selfish: str, stream: TextIO | None = None) -> None:
     """The end-of-run table on stdout (`*` marks the selfish policy, whose row carries PoA cf)."""
     from rich.console import Console

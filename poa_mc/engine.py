@@ -51,7 +51,8 @@ regime_ms_transition, regime_ms_saturated (time in each regime; a fixed policy s
 "below"), and time integrals over measured_ms (first measured arrival -> end of the run), summed
 over workers: prefill_busy_ms and decode_busy_ms (time in a pass), decode_batch_ms (running
 sequences x time), decode_kv_block_ms (blocks held by requests x time), and inflight_ms (requests
-in flight, arrival to last token, x time).
+in flight, arrival to last token, x time); done_in_window: completions (warm-up requests included)
+after the first measured arrival and before the last.
 SimResult.extra["switch_log"] (adaptive only): (replicas, log_switches, 3) of (time ms, from, to)
 per switch, NaN past the last. With a planner, replica["planner_moves"] counts its moves and
 SimResult.extra["move_log"] is (replicas, log_moves, 3) of (time ms, prefill workers, decode
@@ -901,6 +902,8 @@ def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.n
     rep["measured_ms"] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
     # requests in flight x time over measured_ms: the kernels' integral, closed at the end
     rep["inflight_ms"] = rf[:, L.RF_INFL] + ri[:, L.RI_INFLIGHT] * (rf[:, L.RF_T] - rf[:, L.RF_INFL_T])
+    # completions between the first and the last measured arrival (the open loop's throughput)
+    rep["done_in_window"] = ri[:, L.RI_DONE_WIN].copy()
     return rep
 
 

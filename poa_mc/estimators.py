@@ -307,15 +307,18 @@ SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")
 
 def social_cost_per_replica(kind: str, acc: dict[str, np.ndarray]) -> np.ndarray:
     """One social cost per replica from its accumulator row (poa_mc.accumulate): mean TTFT or
-    mean e2e latency, or the nearest-rank TTFT P99 (from the row's histogram, poa_mc.sketch)."""
-    from poa_mc import sketch
-
+    mean e2e latency, or for TTFT P99 each replica's pseudo-value of the cell's pooled P99
+    (poa_mc.quantiles: their mean is the P99 of all the cell's requests, their spread its
+    sampling error; a replica's own P99 would estimate the P99 of a run of its length, low)."""
     if kind == "mean_ttft":
         return acc["sum_ttft_ms"] / acc["n"]
     if kind == "mean_e2e":
         return acc["sum_e2e_ms"] / acc["n"]
     if kind == "p99_ttft":
-        return sketch.quantile(acc["hist_ttft"], 0.99, acc["min_ttft"], acc["max_ttft"], acc.get("hist_ttft_lo", 0))
+        from poa_mc.quantiles import pooled_quantile
+
+        lo = acc.get("hist_ttft_lo", 0)
+        return pooled_quantile(acc["hist_ttft"], 0.99, acc["min_ttft"], acc["max_ttft"], lo).pseudo
     raise ValueError(f"unknown social cost {kind!r}")
 
 
@@ -409,6 +412,58 @@ def _min_added(chosen: np.ndarray, added: np.ndarray, window: int, k: int) -> np
     return np.where(sent.any(axis=2), least, ad.min(axis=2))
 
 
+def _bad_entry(x: np.ndarray, nonneg: bool) -> tuple[int, ...] | None:
+    """Index of x's first entry that is not finite (or, with nonneg, below 0); None when all are.
+    Two reductions in the common case (min and max carry a NaN through); the search on failure only."""
+    a = np.asarray(x)
+    if a.size == 0:
+        return None
+    if a.dtype.kind in "biu":
+        if not nonneg or a.min() >= 0:
+            return None
+        bad = a < 0
+    else:
+        lo, hi = a.min(), a.max()
+        if (lo >= 0 if nonneg else lo > -np.inf) and hi < np.inf:
+            return None
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(a) | (a < 0) if nonneg else ~np.isfinite(a)
+    return tuple(int(v) for v in np.argwhere(bad)[0])
+
+
+def _window_name(w: int, windows_per_replica: int = 0) -> str:
+    """`window w`, with the replica and its window there when windows_per_replica is known."""
+    where = f"window {w}"
+    if windows_per_replica:
+        where += f" (replica {w // windows_per_replica}, window {w % windows_per_replica} of the replica)"
+    return where
+
+
+def _require_recorded(
+    arrays: tuple[tuple[str, np.ndarray | None, bool], ...], window: int, order: np.ndarray | None = None
+) -> None:
+    """Raise ValueError naming the array, the replica and decision (its window and row, in decision
+    order, and the candidate worker) of the first recorded cost input that is not finite, or below 0
+    where `nonneg`: arrays of (name, (R, N) or (R, N, K) array or None, nonneg). Pricing would take
+    it silently (the ttft cost prices NaN tokens as a 0 ms prefill; the slot clip turns -inf into 0)."""
+    for name, x, nonneg in arrays:
+        at = None if x is None else _bad_entry(x, nonneg)
+        if at is None:
+            continue
+        r, e = at[0], at[1]
+        n = np.shape(x)[1]
+        nw = n // window if window > 0 else 0
+        pos = e if order is None else int(np.flatnonzero(np.asarray(order)[r] == e)[0])
+        where = f"replica {r}, decision {e}" + (f", candidate worker {at[2]}" if len(at) > 2 else "")
+        if pos < nw * window:
+            wi, i = divmod(pos, window)
+            where += f": {_window_name(r * nw + wi, nw)}, row {i}"
+        else:
+            where += " (after the replica's last full window)"
+        need = "finite and >= 0" if nonneg else "finite"
+        raise ValueError(f"PoA-hat input {name} is {np.asarray(x)[at]} at {where}; it must be {need}")
+
+
 def router_cost(tokens: np.ndarray, blocks: np.ndarray, block_size: int, overlap_weight: float) -> np.ndarray:
     """Dynamo's KV-router cost: omega * tokens / block_size + blocks."""
     return overlap_weight * tokens / block_size + blocks
@@ -422,6 +477,9 @@ def prefill_ms_cost(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | 
     from poa_mc.profiles import prefill_ms
 
     t = np.asarray(tokens, dtype=np.float64)
+    at = _bad_entry(t, False)
+    if at is not None:  # the profile's pass would price NaN tokens as no pass at all (0 ms)
+        raise ValueError(f"prefill_ms_cost: tokens at {at} is {t[at]}; token counts must be finite")
     if profile.kind in ("polynomial", "aic"):
         return np.asarray(prefill_ms(profile, t), dtype=np.float64)
     if isl is None:
@@ -497,9 +555,7 @@ def _require_finite(costs: np.ndarray, first_window: int = 0, windows_per_replic
     bad = ~np.isfinite(costs.reshape(costs.shape[0], costs.shape[1], -1)).all(axis=2)
     w, i = (int(v) for v in np.argwhere(bad)[0])
     w += first_window
-    where = f"window {w}"
-    if windows_per_replica:
-        where += f" (replica {w // windows_per_replica}, window {w % windows_per_replica} of the replica)"
+    where = _window_name(w, windows_per_replica)
     row = costs[w - first_window, i].ravel()
     raise ValueError(
         f"PoA-hat cost matrix of {where} has non-finite costs in row {i} (request {i} of the window): "
@@ -575,7 +631,8 @@ def slot_priced_opt(
     isl (W, n); transient_tok, transient_blk (W, K): requests per worker whose load was gone by the
     window's end (slot j then charges max(j - 1 - T_w, 0) earlier loads). router = (overlap
     weight, block size), when given, says `price` is router_cost with these (solved compiled).
-    Returns (W,).
+    Returns (W,). ValueError naming the array, window, row and worker of an input that is not
+    finite (f, a, T, isl), or below 0 (a, T, isl): the clip at 0 would price -inf as no load.
     """
     nwin, n, k = f_tok.shape
     if slots * k < n:
@@ -583,6 +640,20 @@ def slot_priced_opt(
     zero = np.zeros((nwin, k))
     t_tok = zero if transient_tok is None else transient_tok
     t_blk = zero if transient_blk is None else transient_blk
+    inputs = (
+        ("f_tok", f_tok, False), ("f_blk", f_blk, False), ("a_tok", a_tok, True), ("a_blk", a_blk, True),
+        ("transient_tok", t_tok, True), ("transient_blk", t_blk, True), ("isl", isl, True),
+    )  # fmt: skip
+    for name, x, nonneg in inputs:
+        at = None if x is None else _bad_entry(x, nonneg)
+        if at is not None:
+            rows = ("row", "worker") if np.ndim(x) == 3 or name == "isl" else ("worker",)
+            where = ", ".join(f"{label} {v}" for label, v in zip(rows, at[1:]))
+            need = "finite and >= 0" if nonneg else "finite"
+            raise ValueError(
+                f"slot pricing input {name} is {np.asarray(x)[at]} in {_window_name(at[0], windows_per_replica)}, "
+                f"{where}; it must be {need}"
+            )
     if router is not None:  # the router cost: the compiled path (same numbers, far faster)
         args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_blk)
         arrays = (np.ascontiguousarray(x, dtype=np.float64) for x in args)
@@ -660,6 +731,7 @@ def windowed_poa(realized: np.ndarray, frozen: np.ndarray, chosen: np.ndarray, w
     if nw == 0:
         return PoaHat(np.zeros(r), np.zeros(r), 0)
     m = nw * window
+    _require_recorded((("realized cost", np.asarray(realized)[:, :m], False),), window)
     opt = window_opt(frozen[:, :m].reshape(r * nw, window, k), slots, windows_per_replica=nw)
     return PoaHat(_actual(realized, chosen, window), opt.reshape(r, nw).sum(axis=1), nw)
 
@@ -774,6 +846,20 @@ def poa_hat_from_candidates(
     r, n, k = cand_tokens.shape
     if k == 1:
         return PoaHat.undefined(r)
+    # every recorded input a price or a realized cost is made of, checked before anything is priced
+    ttft_flavour = cost in ("ttft", "observed")
+    _require_recorded(
+        (
+            ("cand_tokens", cand_tokens, True),
+            ("cand_blocks", cand_blocks, True),
+            ("added_tokens", added_tokens, True),
+            ("added_blocks", added_blocks, True),
+            ("ttft_ms", ttft_ms if observed else None, False),
+            ("isl", isl if ttft_flavour else None, True),
+        ),
+        window,
+        order,
+    )
     times = (decided_ms, released_tokens_ms, released_blocks_ms)
     nw = n // window
     slots_n = slots or window

@@ -19,10 +19,16 @@ written for any move graph and reports cycles all the same. The **social optimum
 social cost (default mean end-to-end latency), and PoA_PD = social cost at the equilibrium / at
 the optimum, with the worst and the best equilibrium when there are several.
 
-Intervals: different splits are different topologies and so independent streams; the social
-cost's standard error at each split comes from its 95% t-interval across replicas, and the log of
-the ratio gets the delta-method interval. The optimum is chosen on the same data (a winner's
-curse of order its standard error), which docs/games.md says.
+Intervals (`poa_pd_interval`): the target for an equilibrium e is theta = c(e) / min_s c(s) =
+max(1, max_{s != e} c(e) / c(s)), so the optimum need not be picked from the data, as in
+estimators.counterfactual_poa. Different splits are different topologies and so independent
+streams; each split's standard error of log c(s) comes from its 95% interval in the summary,
+(ln hi - ln lo) / (2 t_{r-1}) (a benefit's cost 1 / value has the same). For every other split a
+delta-method t-interval for log(c(e) / c(s)) (the two standard errors in quadrature, Welch-
+Satterthwaite degrees of freedom), Bonferroni over the other splits, and [max(1, max_s L_s),
+max(1, max_s U_s)]: it covers theta however close the ties (measured in docs/games.md) and is
+[1, 1] only when every other split is confidently worse than e, not whenever e is the estimated
+optimum.
 """
 
 from __future__ import annotations
@@ -161,13 +167,83 @@ def _cost(cells: list[dict], col: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return v, lo, hi
 
 
-def _poa_pd(cells: list[dict], social: np.ndarray, col: str, eq: int, opt: int) -> Ratio:
-    """Social cost at split `eq` over that at the optimum `opt` (-1: none found)."""
-    if eq < 0 or opt < 0:
+def _log_se(summary_row: dict, col: str) -> float:
+    """Standard error of the log of a summary estimate (its relative standard error) from its 95%
+    interval across replicas: (ln hi - ln lo) / (2 t_{r-1, 0.975}). Exact for the log-delta
+    intervals of ratios (throughput, goodput), a close one for the asymmetric ones (quantiles,
+    proportions) and for the t-intervals of means (a little wider: ln((m + h) / (m - h)) >= 2h / m);
+    a benefit's cost 1 / value has the same one (its interval is [1 / hi, 1 / lo]). An interval
+    reaching 0 falls back to the linear (hi - lo) / (2 t) / value. NaN without an interval."""
+    from poa_mc.estimators import _t_quantile
+
+    lo, hi, v, r = (summary_row.get(k) for k in (f"{col}_lo", f"{col}_hi", col, "replicas"))
+    if None in (lo, hi, v, r) or int(r) < 2 or not all(math.isfinite(x) for x in (lo, hi, v)) or v <= 0:
+        return math.nan
+    t = _t_quantile(int(r), 0.95)
+    if lo > 0 and hi >= lo:
+        return math.log(hi / lo) / (2.0 * t)
+    return (hi - lo) / (2.0 * t * v) if hi >= lo else math.nan
+
+
+def _welch_df(v_a: float, r_a: int, v_b: float, r_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of v_a + v_b, each a squared standard error on r - 1."""
+    if v_a + v_b <= 0:
+        return float(min(r_a, r_b) - 1)
+    return (v_a + v_b) ** 2 / (v_a**2 / (r_a - 1) + v_b**2 / (r_b - 1))
+
+
+def poa_pd_interval(
+    cost: Sequence[float], log_se: Sequence[float], replicas: Sequence[int], eq: int, level: float = 0.95
+) -> Ratio:
+    """PoA_PD of the equilibrium split `eq` among one load's splits: theta = c(eq) / min_s c(s) =
+    max(1, max_{s != eq} rho_s), rho_s = c(eq) / c(s), with its simultaneous interval.
+
+    `cost[s]`: split s's estimated social cost; `log_se[s]`: the standard error of its log (see
+    `_log_se`); `replicas[s]`: its replicas. Splits are different topologies, so independent
+    streams. Point estimate: c(eq) / min_s c(s), 1 when eq is the estimated optimum. Interval: as
+    `estimators.ratio_to_best`, with independent estimates: for each other split s a delta-method
+    t-interval for log rho_s, se = sqrt(se_eq^2 + se_s^2), at level 1 - (1 - level) / m over the m
+    rivals (Bonferroni), degrees of freedom by Welch-Satterthwaite; theta is increasing in every
+    rho_s, so [max(1, max_s L_s), max(1, max_s U_s)] covers it with probability >= `level` (up to
+    the delta and Welch approximations), however close the ties and whichever split is best. It
+    is [1, 1] only when every rival is confidently worse than eq (every U_s < 1), not whenever eq
+    is the estimated optimum. Splits without a cost or an se are left out (the upper bound is NaN
+    should one of them have a point rho_s above it); NaN bounds when eq's own se is missing, and
+    NaN throughout when its cost is not positive. A lone split: theta = 1 exactly."""
+    from poa_mc.estimators import _exp_or_inf, _t_ppf
+
+    c, se = np.asarray(cost, dtype=np.float64), np.asarray(log_se, dtype=np.float64)
+    r = np.asarray(replicas, dtype=np.int64)
+    ok = np.isfinite(c) & (c > 0)
+    if eq < 0 or not ok[eq]:
         return Ratio(math.nan, math.nan, math.nan)
-    if eq == opt:
-        return Ratio(1.0, 1.0, 1.0)  # the same cell: the ratio has no spread
-    return ratio_of_independent(social[eq], _se(cells[eq], col), social[opt], _se(cells[opt], col))
+    value = float(c[eq] / c[ok].min())
+    rivals = [s for s in range(c.size) if s != eq and ok[s]]
+    if not rivals:
+        return Ratio(value, 1.0, 1.0)
+    if not (math.isfinite(se[eq]) and r[eq] >= 2):
+        return Ratio(value, math.nan, math.nan)
+    used = [s for s in rivals if math.isfinite(se[s]) and r[s] >= 2]
+    if not used:
+        return Ratio(value, math.nan, math.nan)
+    q = 1.0 - (1.0 - level) / len(used) / 2.0
+    lo = hi = 0.0  # log bounds, clamped at log 1
+    for s in used:
+        log_rho = math.log(c[eq] / c[s])
+        half = _t_ppf(q, _welch_df(se[eq] ** 2, int(r[eq]), se[s] ** 2, int(r[s]))) * math.hypot(se[eq], se[s])
+        lo, hi = max(lo, log_rho - half), max(hi, log_rho + half)
+    out = Ratio(value, _exp_or_inf(lo), _exp_or_inf(hi))
+    if any(c[eq] / c[s] > out.hi for s in rivals if s not in used):
+        return Ratio(value, out.lo, math.nan)  # a split left out may be the optimum: no upper bound
+    return out
+
+
+def _poa_pd(cells: list[dict], social: np.ndarray, col: str, eq: int) -> Ratio:
+    """PoA_PD of equilibrium `eq` (-1: none found) among the load's splits (`poa_pd_interval`)."""
+    if eq < 0:
+        return Ratio(math.nan, math.nan, math.nan)
+    se = [_log_se(c, col) for c in cells]
+    return poa_pd_interval(social, se, [int(c.get("replicas") or 0) for c in cells], eq)
 
 
 def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames, imported lazily
@@ -193,7 +269,7 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
         eqs = sorted(dyn.equilibria, key=lambda i: social[i])
         best_eq, worst_eq = (eqs[0], eqs[-1]) if eqs else (-1, -1)
 
-        worst, best = (_poa_pd(cells, social, c_s, i, opt) for i in (worst_eq, best_eq))
+        worst, best = (_poa_pd(cells, social, c_s, i) for i in (worst_eq, best_eq))
         for i, c in enumerate(cells):
             rows.append(
                 {

@@ -26,14 +26,16 @@ from poa_mc.estimators import (
     Estimate,
     PoaHat,
     counterfactual_poa,
-    quantile_interval,
     ratio_interval,
     social_cost_per_replica,
     t_interval,
 )
 from poa_mc.knee import knee_analysis
+from poa_mc.proportions import clip_share, proportion_interval, rate_interval
+from poa_mc.quantiles import pooled_quantiles
 from poa_mc.spec import REGIMES, ClusterSpec
 from poa_mc.store import RunDir, RunDirError, atomic_write_parquet
+from poa_mc.warmup import check as warmup_check
 
 
 class IncompleteRunError(RunDirError):
@@ -51,8 +53,9 @@ def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = est.value, est.lo, est.hi
 
 
-def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, Any]) -> CellStats:
-    """Statistics of one cell from its per-replica accumulators (poa_mc.accumulate)."""
+def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, Any], warmup: int = 0) -> CellStats:
+    """Statistics of one cell from its per-replica accumulators (poa_mc.accumulate); `warmup`:
+    the run's warm-up requests per replica (the warm-up check's suggestion adds to it)."""
     n_req = acc["n"]
     r = len(n_req)
     if r == 0 or not (n_req == n_req[0]).all():
@@ -64,13 +67,20 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     def mean(name: str) -> np.ndarray:
         return acc[f"sum_{name}"] / n
 
-    def q(metric: str, p: float) -> np.ndarray:
+    def q(metric: str, p: float) -> np.ndarray:  # each replica's own quantile (a "run" figure)
         h = f"hist_{metric}"
         return sketch.quantile(acc[h], p, acc[f"min_{metric}"], acc[f"max_{metric}"], acc.get(f"{h}_lo", 0))
 
+    def pooled(metric: str, ps: tuple[int, ...]) -> None:  # the cell's quantiles, replicas as clusters
+        h = f"hist_{metric}"
+        lo, hi, first = acc[f"min_{metric}"], acc[f"max_{metric}"], acc.get(f"{h}_lo", 0)
+        for p, est in zip(ps, pooled_quantiles(acc[h], tuple(p / 100 for p in ps), lo, hi, first)):
+            _put(row, f"{metric}_p{p}_ms", Estimate(est.value, est.lo, est.hi))
+
     _put(row, "ttft_mean_ms", t_interval(mean("ttft_ms")))
-    for p in (50, 90, 99):
-        _put(row, f"ttft_p{p}_ms", quantile_interval(q("ttft", p / 100)))
+    pooled("ttft", (50, 90, 99))
+    # the mean over replicas of each replica's P99: what a benchmark of `requests` requests reports
+    _put(row, "ttft_p99_run_ms", t_interval(q("ttft", 0.99)))
     # Token-weighted mean ITL (sum of gaps / number of gaps), as Dynamo reports it.
     _put(
         row,
@@ -78,24 +88,24 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
         ratio_interval(acc["sum_itl_gaps"], acc["sum_gaps"]) if acc["sum_gaps"].sum() else _NAN,
     )
     # per-request ITL (TPOT) quantiles, over requests with at least one gap (osl > 1)
-    for p in (50, 90, 99):
-        _put(row, f"itl_p{p}_ms", quantile_interval(q("itl", p / 100)))
+    pooled("itl", (50, 90, 99))
     _put(row, "e2e_mean_ms", t_interval(mean("e2e_ms")))
-    _put(row, "e2e_p99_ms", quantile_interval(q("e2e", 0.99)))
+    pooled("e2e", (99,))
     for name in ("prefill_wait_ms", "decode_wait_ms"):
         if f"sum_{name}" in acc:
             _put(row, name.replace("_ms", "_mean_ms"), t_interval(mean(name)))
 
-    num, den = _request_rate(acc, n)
+    open_loop = spec.get("workload", {}).get("arrival", "closed") != "closed"
+    num, den = _request_rate(acc, n, open_loop=open_loop)
     _put(row, "throughput_rps", ratio_interval(num, den))
     _put(row, "output_tps", ratio_interval(num * acc["sum_osl"] / n, den))
     cached, prompt = acc["sum_cached_blocks"], acc["sum_prompt_blocks"]
-    _put(row, "hit_rate", ratio_interval(cached, prompt))
+    _put(row, "hit_rate", proportion_interval(cached, prompt))
     if "sum_cached_g2" in acc:  # per KV tier (docs/tiers.md): G1 is what the lower tiers did not serve
         # runs written before G4 have no sum_cached_g4 (and no G4)
         lower = {k: acc[f"sum_cached_{k}"] for k in ("g2", "g3", "g4") if f"sum_cached_{k}" in acc}
         for k, hits in {"g1": cached - sum(lower.values()), **lower}.items():
-            _put(row, f"hit_rate_{k}", ratio_interval(hits, prompt))
+            _put(row, f"hit_rate_{k}", proportion_interval(hits, prompt))
         onb = t_interval(mean("onboard_ms"))
         _put(row, "onboard_ms_mean", replace(onb, lo=max(onb.lo, 0.0)))  # a time: never below 0
     _slo_stats(row, acc["slo_met"], n, num, den)
@@ -103,7 +113,13 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     if {"replica_preemptions", "replica_simulated"} <= set(acc):
         # decode preemptions under KV pressure, per simulated request (warm-up and tail included)
         pre = acc["replica_preemptions"].astype(np.float64)
-        _put(row, "preemptions_per_request", ratio_interval(pre, acc["replica_simulated"].astype(np.float64)))
+        _put(row, "preemptions_per_request", rate_interval(pre, acc["replica_simulated"].astype(np.float64)))
+    row["replicas_identical"] = _identical(acc)
+    # an open loop's first queue sets its relaxation time (poa_mc.warmup)
+    rho = row.get("prefill_util", math.nan) if open_loop else math.nan
+    warm = warmup_check(acc["batch_ttft"], n, warmup, rho) if "batch_ttft" in acc else None
+    row["warmup_drift"] = warm.drift if warm is not None else math.nan
+    row["warmup_suggested"] = warm.suggested if warm is not None and warm.transient else None
 
     cluster = ClusterSpec(**spec["cluster"])
     stage, _, k = cluster.poa_stage(poa.get("stage", "auto"))
@@ -119,7 +135,7 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
         sim_ms = acc["replica_sim_ms"]
         for name in REGIMES:
             share = acc[f"replica_regime_ms_{name}"] / np.where(sim_ms > 0, sim_ms, np.nan)
-            _put(row, f"regime_share_{name}", t_interval(share))
+            _put(row, f"regime_share_{name}", clip_share(t_interval(share)))
         _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
     social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}
@@ -128,6 +144,14 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
 
 
 _NAN = Estimate(math.nan, math.nan, math.nan)
+
+
+def _identical(acc: dict[str, np.ndarray]) -> bool:
+    """Every replica the same to the bit (a deterministic cell: its streams drive nothing random)?
+    Its intervals then have zero width because the replicas agree, not because the figure is
+    known to that precision about anything but this one deterministic run."""
+    keys = [k for k in ("sum_ttft_ms", "sum_e2e_ms", "sum_itl_gaps", "max_ttft", "max_e2e") if k in acc]
+    return len(acc["n"]) > 1 and all(bool((acc[k] == acc[k][0]).all()) for k in keys)
 
 
 def _planner_runs(acc: dict[str, np.ndarray], spec: dict) -> Any:
@@ -150,22 +174,36 @@ def _planner_runs(acc: dict[str, np.ndarray], spec: dict) -> Any:
     return planner_runs(path, start, ms, n_p, begin, end)
 
 
-def _request_rate(acc: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The steady-state request rate as a ratio of per-replica sums (num, den): by Little's law,
-    the mean number of requests in flight over the measurement window (the kernels' integral,
-    replica_inflight_ms over replica_measured_ms) over the mean time one spends in flight (mean
-    e2e, s). A ratio of sums across replicas, as hit_rate: a per-replica ratio would carry the
-    Jensen bias of a noisy denominator (+3% at 40 requests per replica). Dividing n by first
-    arrival -> last completion instead adds one response time to the span, a bias of about C / n
-    in a closed loop (-29% at the quickstart's C = 160, n = 400; that finite-run figure, what
-    Dynamo's replay reports, stays as replica_window_ms); counting arrivals over their span
-    misreads clients that move in lockstep. Without the integral (a stand-in engine): n - 1
-    arrivals over their span."""
-    if {"replica_inflight_ms", "replica_measured_ms"} <= set(acc):
+def _request_rate(acc: dict[str, np.ndarray], n: int, open_loop: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The steady-state request rate as a ratio of per-replica sums (num, den), across replicas as
+    hit_rate (a per-replica ratio would carry the Jensen bias of a noisy denominator: +3% at 40
+    requests per replica).
+
+    Open loop: completions (warm-up requests included) between the first and the last measured
+    arrival, over that window (replica_done_in_window over last - first arrival, s). The window
+    ends at an arrival, not at a completion: the last measured completion is by construction a
+    straggler, and a window ending there read the rate high (M/M/1 at load 0.9, 16 replicas x 400
+    requests: +3.1%, the interval holding the rate in 30 of 60 cells; now +0.1% and 55 of 60:
+    bench/throughput_coverage.py). A stable queue completes what arrives; an overloaded one completes less,
+    and this counts what it completed.
+
+    Closed loop: Little's law, the mean number of requests in flight over the measurement window
+    (the kernels' integral, replica_inflight_ms over replica_measured_ms) over the mean time one
+    spends in flight (mean e2e, s). Dividing n by first arrival -> last completion instead adds one
+    response time to the span, a bias of about C / n (-29% at the quickstart's C = 160, n = 400;
+    that finite-run figure, what Dynamo's replay reports, stays as replica_window_ms); counting
+    arrivals over their span misreads clients that move in lockstep.
+
+    Without these counters (a stand-in engine, an older run): n - 1 arrivals over their span."""
+    arrivals = {"first_arrival_ms", "last_arrival_ms"} <= set(acc)
+    if open_loop and arrivals and "replica_done_in_window" in acc and n >= 2:
+        span = (acc["last_arrival_ms"] - acc["first_arrival_ms"]) / 1000.0
+        return acc["replica_done_in_window"].astype(np.float64), span
+    if not open_loop and {"replica_inflight_ms", "replica_measured_ms"} <= set(acc):
         span = acc["replica_measured_ms"]
         in_flight = np.where(span > 0, acc["replica_inflight_ms"] / np.where(span > 0, span, 1.0), np.nan)
         return in_flight, acc["sum_e2e_ms"] / n / 1000.0
-    if "first_arrival_ms" not in acc or n < 2:
+    if not arrivals or n < 2:
         nan = np.full(len(acc["n"]), np.nan)
         return nan, nan
     return np.full(len(acc["n"]), n - 1.0), (acc["last_arrival_ms"] - acc["first_arrival_ms"]) / 1000.0
@@ -179,7 +217,7 @@ def _slo_stats(row: dict[str, Any], met: np.ndarray, n: int, num: np.ndarray, de
             _put(row, name, _NAN)
         return
     share = met.astype(np.float64) / n
-    _put(row, "slo_attainment", t_interval(share))
+    _put(row, "slo_attainment", proportion_interval(met.astype(np.float64), np.full(len(met), float(n))))
     _put(row, "goodput_rps", ratio_interval(num * share, den))
 
 
@@ -302,7 +340,9 @@ def reduce_run(
     wanted = settings(poa, slo)
     for i, cell in enumerate(todo):
         cid = cell["cell_id"]
-        stats[cid] = given.get(cid) or cell_stats(_cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa)
+        stats[cid] = given.get(cid) or cell_stats(
+            _cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa, int(manifest["grid"]["run"]["warmup"])
+        )
         if progress is not None:
             progress(i + 1, len(todo))
 
@@ -407,8 +447,14 @@ def _summary_frame(cells: pl.DataFrame, stats: dict[str, CellStats], knees: dict
     body = body.with_columns(
         pl.col(c).cast(pl.Float64)
         for c in body.columns
-        if c not in ("cell_id", "replicas", "requests", "poa_hat_windows", "poa_stage", "poa_candidates", "regime")
-    )
+        if c
+        not in (
+            "cell_id", "replicas", "requests", "poa_hat_windows", "poa_stage", "poa_candidates", "regime",
+            "replicas_identical", "warmup_suggested",
+        )
+    )  # fmt: skip
+    if "warmup_suggested" in body.columns:
+        body = body.with_columns(pl.col("warmup_suggested").cast(pl.Int64))
     return cells.select(_ID_COLUMNS).join(body, on="cell_id", how="inner").sort("index")
 
 

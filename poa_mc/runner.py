@@ -319,7 +319,7 @@ def run_grid(
         report.ran.append(cell.cell_id)
         console.cell_done(cell.label(), cost, simulated, cell_s)
         try:
-            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg)
+            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg, r.warmup)
         except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
             pass
 

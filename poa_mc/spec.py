@@ -194,8 +194,22 @@ class ProfileSpec:
                 raise SpecError(
                     f"{path}.d0", f"decode step polynomial falls below d_min={self.d_min} ms on u in [0, 1]"
                 )
+            # PoA-hat >= 1 under slot pricing (poa_mc.estimators) needs every cost non-decreasing in
+            # the load. The decode step's variable is u = min(1, context / capacity) in [0, 1] (context
+            # >= 0): the quadratic is non-decreasing there iff its slope d1 + 2 d2 u is >= 0 at both ends.
+            if not self.d1 >= 0:
+                raise SpecError(
+                    f"{path}.d1", f"must be >= 0 (the decode step may not fall as u grows from 0), got {self.d1}"
+                )
+            if not self.d1 + 2 * self.d2 >= 0:
+                raise SpecError(
+                    f"{path}.d2",
+                    f"d1 + 2*d2 must be >= 0 (the decode step may not fall as u nears 1), got {self.d1 + 2 * self.d2}",
+                )
+            # The prefill pass over T >= 0 tokens (0 ms at T = 0): non-decreasing when every
+            # coefficient is >= 0, which the ttft cost relies on as well.
             for name in ("p0", "p1", "p2"):
-                if getattr(self, name) < 0:
+                if not getattr(self, name) >= 0:
                     raise SpecError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
         for name in ("prefill_host_pass_ms", "prefill_host_request_ms"):
             if not getattr(self, name) >= 0:

@@ -205,6 +205,23 @@ def test_cluster_block_size_zero_names_cluster_not_profile():
     assert e.path == "cluster.block_size"
 
 
+def test_a_decode_step_that_falls_with_load_is_refused_naming_its_key(tmp_path):
+    # non-decreasing on u in [0, 1] is what PoA-hat >= 1 needs (issue 46: 0.827 on this one)
+    bad = "\n[profile]\nkind = \"polynomial\"\np2 = 0.0\np1 = 0.02\np0 = 10.0\nd2 = -40.0\nd1 = 50.0\nd0 = 6.0\n"
+    e = _err(SMALL + bad)
+    assert e.path == "profile.d2" and "d1 + 2*d2 must be >= 0" in str(e)
+    assert _err(SMALL + bad.replace("d2 = -40.0\nd1 = 50.0", "d2 = 0.0\nd1 = -1.0")).path == "profile.d1"
+    loads_grid(SMALL + bad.replace("d2 = -40.0", "d2 = -25.0"))  # flat at u = 1: accepted
+    from click.testing import CliRunner
+    from poa_mc.cli.main import main
+
+    grid = tmp_path / "bad.toml"
+    grid.write_text(SMALL + bad)
+    r = CliRunner().invoke(main, ["validate", str(grid)])
+    errors = [ln for ln in r.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "profile.d2" in errors[0], r.output
+
+
 def test_aggregated_flow_refuses_a_prefill_pool():
     text = SMALL.replace('flow = "decode_first"', 'flow = "aggregated"')
     e = _err(text)

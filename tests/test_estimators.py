@@ -94,6 +94,79 @@ def test_poa_hat_rejects_non_finite_recorded_costs_under_both_pricings(monkeypat
             poa_hat_from_candidates(tokens, np.ones((2, 8, 3)), np.zeros((2, 8), np.int32), pricing=pricing, **kw)
 
 
+def _recorded(r=2, n=8, k=3, seed=5):
+    rng = np.random.default_rng(seed)
+    tok = rng.integers(0, 400, (r, n, k)).astype(np.float64)
+    blk = rng.integers(0, 8, (r, n, k)).astype(np.float64)
+    chosen = rng.integers(0, k, (r, n)).astype(np.int32)
+    times = {"decided_ms": np.cumsum(np.ones((r, n)), axis=1)}
+    times.update(released_tokens_ms=times["decided_ms"] + 2.5, released_blocks_ms=times["decided_ms"] + 3.5)
+    return tok, blk, chosen, {"added_tokens": np.ones((r, n)), "added_blocks": np.ones((r, n)), "window": 4, **times}
+
+
+@pytest.mark.parametrize("pricing", ["slot", "frozen"])
+@pytest.mark.parametrize("cost", ["router", "ttft", "observed"])
+@pytest.mark.parametrize(
+    "bad", [("cand_tokens", math.nan), ("cand_tokens", -math.inf), ("cand_blocks", math.inf), ("cand_blocks", -1.0)]
+)
+def test_poa_hat_refuses_non_finite_or_negative_candidates_before_pricing(monkeypatch, pricing, cost, bad):
+    # the ttft cost priced NaN tokens as a 0 ms prefill and the slot clip turned -inf into no load:
+    # both came out as numbers
+    monkeypatch.setattr(estimators, "_batch_assign", _no_numba)
+    monkeypatch.setattr(estimators, "_batch_assign_priced", _no_numba)
+    tok, blk, chosen, kw = _recorded()
+    name, value = bad
+    (tok if name == "cand_tokens" else blk)[1, 6, 2] = value  # replica 1, its second window, row 2
+    extra = {"profile": ProfileSpec(), "isl": np.full((2, 8), 512.0), "ttft_ms": np.full((2, 8), 50.0)}
+    with pytest.raises(ValueError, match=rf"{name} is .* replica 1, decision 6, candidate worker 2: window 3 "
+                                         r"\(replica 1, window 1 of the replica\), row 2"):  # fmt: skip
+        poa_hat_from_candidates(tok, blk, chosen, cost=cost, pricing=pricing, **extra, **kw)
+
+
+def test_poa_hat_refuses_non_finite_added_loads_and_observed_ttft():
+    tok, blk, chosen, kw = _recorded()
+    added = np.ones((2, 8))
+    added[0, 1] = math.nan
+    with pytest.raises(ValueError, match=r"added_blocks is nan at replica 0, decision 1: window 0"):
+        poa_hat_from_candidates(tok, blk, chosen, **{**kw, "added_blocks": added})
+    seen = np.full((2, 8), 50.0)
+    seen[1, 3] = -math.inf
+    obs = {"cost": "observed", "profile": ProfileSpec()}
+    with pytest.raises(ValueError, match=r"ttft_ms is -inf at replica 1, decision 3: .*of the replica\), row 3"):
+        poa_hat_from_candidates(tok, blk, chosen, ttft_ms=seen, **obs, **kw)
+    # decisions in another order: the window and row are those of the decision order
+    order = np.tile(np.arange(8)[::-1], (2, 1))
+    seen[1, 3] = 50.0
+    seen[0, 7] = math.nan
+    with pytest.raises(ValueError, match=r"ttft_ms is nan at replica 0, decision 7: window 0 .*, row 0"):
+        poa_hat_from_candidates(tok, blk, chosen, ttft_ms=seen, order=order, **obs, **kw)
+
+
+def test_pricing_functions_refuse_non_finite_inputs():
+    with pytest.raises(ValueError, match="prefill_ms_cost: tokens at .* is nan"):
+        predicted_ttft_ms(np.array([10.0, math.nan]), ProfileSpec())
+    f = np.ones((3, 4, 2))
+    a = np.ones((3, 2))
+
+    def price(t, b, i):
+        return router_cost(t, b, 16, 1.0)
+
+    for router in (None, (1.0, 16)):
+        f_tok = f.copy()
+        f_tok[2, 1, 0] = -math.inf  # clipped at 0 this was priced as no load at all
+        with pytest.raises(ValueError, match=r"f_tok is -inf in window 2 \(replica 1, window 0 of the replica\), "
+                                             r"row 1, worker 0"):  # fmt: skip
+            estimators.slot_priced_opt(f_tok, f, a, a, price, 4, windows_per_replica=2, router=router)
+        a_blk = a.copy()
+        a_blk[0, 1] = math.nan
+        with pytest.raises(ValueError, match=r"a_blk is nan in window 0, worker 1"):
+            estimators.slot_priced_opt(f, f, a, a_blk, price, 4, router=router)
+    realized = np.ones((2, 8, 3))
+    realized[1, 2, 1] = -math.inf
+    with pytest.raises(ValueError, match=r"realized cost is -inf at replica 1, decision 2, candidate worker 1"):
+        windowed_poa(realized, np.ones((2, 8, 3)), np.zeros((2, 8), np.int32), 4)
+
+
 def test_greedy_that_is_optimal_gives_exactly_one():
     # Costs frozen = realized (no in-window congestion), greedy picks the row minimum, and the
     # minima are spread so that no capacity binds: PoA-hat must be exactly 1.

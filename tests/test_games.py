@@ -7,10 +7,13 @@ from click.testing import CliRunner
 
 from poa_mc.config import ConfigError, loads_grid
 from poa_mc.games import (
+    Ratio,
     best_response,
     cache_game_frame,
+    pd_game_frame,
     pd_moves,
     planner_runs,
+    poa_pd_interval,
     ratio_of_independent,
     splits,
     working_set_blocks,
@@ -65,6 +68,96 @@ def test_ratio_of_independent_estimates():
     assert r.value == pytest.approx(1.1)
     assert (r.lo, r.hi) == pytest.approx((1.1 * math.exp(-1.959964 * s), 1.1 * math.exp(1.959964 * s)))
     assert math.isnan(ratio_of_independent(0.0, 1.0, 1.0, 1.0).value)
+
+
+def _pd_summary(rng: np.random.Generator, social: list[float], replicas: int, loads: int, col: str = "e2e_mean_ms"):
+    """A summary.parquet of `loads` independent loads (trials) of five splits 1P/5D .. 5P/1D whose
+    pool costs (noise-free) put the one equilibrium at 3P/3D (test_pd_moves_on_a_hand_table...),
+    and whose social cost `col` at each split is the mean of `replicas` replicas, each the true
+    cost times 5% lognormal noise, independent across splits, with its 95% t-interval (as reduce
+    writes e2e_mean_ms). A benefit column gets the value 1 / cost and its interval inverted."""
+    from poa_mc.estimators import _t_quantile
+
+    true = np.asarray(social)
+    x = true[None, :, None] * np.exp(0.05 * rng.standard_normal((loads, true.size, replicas)))
+    m = x.mean(axis=2)
+    half = _t_quantile(replicas, 0.95) * x.std(axis=2, ddof=1) / math.sqrt(replicas)
+    lo, hi = m - half, m + half
+    if col in ("goodput_rps", "slo_attainment", "throughput_rps"):
+        m, lo, hi = 1.0 / m, 1.0 / hi, 1.0 / lo
+    n_p = np.tile(np.arange(1, 6), loads)
+    return pl.DataFrame({
+        "load_axis": "concurrency", "concurrency": np.repeat(np.arange(loads), 5), "policy": "greedy",
+        "topology": [f"{a}P/{6 - a}D" for a in n_p], "n_prefill": n_p, "n_decode": 6 - n_p, "replicas": replicas,
+        "ttft_mean_ms": np.tile([8.0, 4.0, 2.0, 1.5, 1.4], loads),
+        "itl_mean_ms": np.tile([1.0, 1.1, 1.3, 2.0, 4.0], loads),
+        col: m.ravel(), f"{col}_lo": lo.ravel(), f"{col}_hi": hi.ravel(),
+    })  # fmt: skip
+
+
+PD_GAME = {"policy": "greedy", "prefill_gpus": 1, "decode_gpus": 1, "prefill_cost": "ttft_mean_ms",
+           "decode_cost": "itl_mean_ms", "social_cost": "e2e_mean_ms"}  # fmt: skip
+
+
+@pytest.mark.parametrize("poa", [1.008, 1.066])
+def test_poa_pd_interval_covers_near_ties_and_is_not_one_when_the_equilibrium_looks_optimal(poa):
+    # 2,000 loads, each a trial: true social costs 1.3, 1.0, poa, 1.15, 1.4 with the equilibrium at
+    # split 2, so the true PoA_PD is `poa` (1.008: a near tie with the optimum, split 1), 8
+    # replicas. Before (z = 1.96 on the equilibrium over the estimated optimum, [1, 1] whenever the
+    # two were the same split) these data covered 1.008 in 61% of trials ([1, 1] in 37%), 1.066 in 94%.
+    # A true coverage of 0.87 would pass >= 0.9 over 2,000 trials with probability < 1e-4.
+    loads = 2000
+    summary = _pd_summary(np.random.default_rng(46), [1.3, 1.0, poa, 1.15, 1.4], 8, loads)
+    frame = pd_game_frame(summary, PD_GAME)
+    eq = frame.filter(pl.col("is_equilibrium"))
+    assert eq.height == loads and (eq["n_prefill"] == 3).all()  # deterministically split 2 (3P/3D)
+    lo, hi, value = (eq[c].to_numpy() for c in ("poa_pd_lo", "poa_pd_hi", "poa_pd"))
+    assert np.isfinite(lo).all() and np.isfinite(hi).all() and (lo >= 1.0).all()
+    assert ((lo <= value) & (value <= hi)).all()
+    assert np.mean((lo <= poa) & (poa <= hi)) >= 0.9
+    looks_optimal = eq["is_optimum"].to_numpy()  # the estimated equilibrium is the estimated optimum
+    assert (value[looks_optimal] == 1.0).all() and (hi[looks_optimal] > 1.0).mean() >= 0.99
+    # [1, 1] only when every rival is confidently worse: a miss, at most (1 - 0.95) / (2 m) likely
+    assert np.mean((lo == 1.0) & (hi == 1.0)) <= 0.01
+    best = frame.filter(pl.col("is_equilibrium"))["poa_pd_best_lo", "poa_pd_best_hi"]  # one equilibrium: the same
+    np.testing.assert_array_equal(best.to_numpy(), eq["poa_pd_lo", "poa_pd_hi"].to_numpy())
+
+
+def test_poa_pd_interval_on_a_benefit_column_matches_the_cost_column():
+    # goodput's cost is 1 / goodput, and the log-scale se of 1 / v is that of v: the same intervals
+    a = pd_game_frame(_pd_summary(np.random.default_rng(7), [1.3, 1.0, 1.05, 1.15, 1.4], 8, 20), PD_GAME)
+    b = pd_game_frame(_pd_summary(np.random.default_rng(7), [1.3, 1.0, 1.05, 1.15, 1.4], 8, 20, "goodput_rps"),
+                      {**PD_GAME, "social_cost": "goodput_rps"})  # fmt: skip
+    for c in ("poa_pd", "poa_pd_lo", "poa_pd_hi"):
+        np.testing.assert_allclose(a[c].to_numpy(), b[c].to_numpy(), rtol=1e-12)
+
+
+def test_poa_pd_interval_by_hand():
+    from poa_mc.estimators import _t_ppf
+
+    # two splits, the equilibrium (0) estimated optimal by a hair: PoA_PD 1, and the interval's top
+    # is the rival's upper bound (one rival: no Bonferroni), Welch df = 2 (r - 1) = 14 for equal ses
+    r = poa_pd_interval([0.99, 1.0], [0.02, 0.02], [8, 8], 0)
+    half = _t_ppf(0.975, 14) * math.hypot(0.02, 0.02)
+    assert (r.value, r.lo) == (1.0, 1.0) and r.hi == pytest.approx(0.99 * math.exp(half))
+    # three splits: Bonferroni over 2 rivals; Welch df with unequal ses and replicas
+    r = poa_pd_interval([1.1, 1.0, 1.3], [0.02, 0.03, 0.01], [8, 4, 16], 0)
+    v0, v1, v2 = 0.02**2, 0.03**2, 0.01**2
+    df1, df2 = (v0 + v1) ** 2 / (v0**2 / 7 + v1**2 / 3), (v0 + v2) ** 2 / (v0**2 / 7 + v2**2 / 15)
+    h1, h2 = _t_ppf(1 - 0.05 / 4, df1) * math.sqrt(v0 + v1), _t_ppf(1 - 0.05 / 4, df2) * math.sqrt(v0 + v2)
+    assert r.value == pytest.approx(1.1)
+    assert r.lo == pytest.approx(max(1.0, 1.1 * math.exp(-h1), 1.1 / 1.3 * math.exp(-h2)))
+    assert r.hi == pytest.approx(max(1.1 * math.exp(h1), 1.1 / 1.3 * math.exp(h2)))
+    # every rival confidently worse: [1, 1], rightly (theta = 1)
+    assert poa_pd_interval([1.0, 2.0], [0.01, 0.01], [8, 8], 0) == Ratio(1.0, 1.0, 1.0)
+    # the equilibrium's own se missing: NaN bounds; a rival's missing: left out (no upper bound if
+    # its point ratio is above the others'); a lone split: exactly 1
+    assert math.isnan(poa_pd_interval([1.1, 1.0], [math.nan, 0.02], [8, 8], 0).lo)
+    r = poa_pd_interval([1.1, 1.0, 1.3], [0.02, math.nan, 0.02], [8, 8, 8], 0)
+    assert r.value == pytest.approx(1.1) and r.lo == 1.0 and math.isnan(r.hi)
+    r = poa_pd_interval([1.1, 1.5, 1.0], [0.02, math.nan, 0.02], [8, 8, 8], 0)
+    assert r.lo > 1.0 and r.hi > 1.1
+    assert poa_pd_interval([1.0], [0.01], [8], 0) == Ratio(1.0, 1.0, 1.0)
 
 
 def test_games_pd_table_sets_the_topologies_and_is_validated():

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 from poa_mc.kernels import cpu
 
 from poa_mc.engine import pack_params, simulate
@@ -103,3 +104,40 @@ def test_plain_indices_apply_while_the_kernels_compile_only():
     with cpu._plain_indices():
         assert cpu.arrayobj.fix_integer_index is not original
     assert cpu.arrayobj.fix_integer_index is original
+
+
+def test_the_window_solver_refuses_non_finite_costs_instead_of_looping(tmp_path):
+    """A NaN row never reaches a free column: the solver (kernels/poa_hat.py: assign_min) returns NaN
+    and the host raises. Run in a process of its own, so that a regression fails on the timeout
+    instead of hanging the suite (compiled code cannot be interrupted)."""
+    finite = np.arange(24, dtype=np.float64).reshape(2, 4, 3) % 5
+    want = cpu.batch_assign(finite, 2)  # compiled (and cached) here: the child only loads it
+    assert np.isfinite(want).all()
+    script = textwrap.dedent("""
+        import numpy as np
+        from poa_mc.kernels import cpu
+
+        def outcome(f, *args):
+            try:
+                f(*args)
+            except ValueError as e:
+                return str(e)
+            return "no error"
+
+        costs = np.ones((3, 4, 2))
+        costs[1, 2] = np.nan
+        print(outcome(cpu.batch_assign, costs, 2))
+        prices = np.ones((2, 3, 6))
+        prices[1, 0, 4] = -np.inf
+        print(outcome(cpu.batch_assign_priced, prices, 3))
+        print(outcome(cpu.assign_min, np.full((2, 2), np.inf), 2))
+        print(outcome(cpu.batch_assign, np.ones((1, 5, 2)), 2))  # 5 rows, 4 columns
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "PoA-hat window 1: non-finite costs in row 2; the assignment needs finite costs"
+    assert lines[1] == "PoA-hat window 1: non-finite costs in row 0; the assignment needs finite costs"
+    assert lines[2].startswith("assign_min: the assignment needs finite costs")
+    assert lines[3].startswith("PoA-hat window 0: no assignment")
+    np.testing.assert_array_equal(cpu.batch_assign(finite, 2), want)

@@ -179,6 +179,10 @@ def test_explicit_kinds() -> None:
         ({"kind": "polynomial", "p2": 0, "p1": 0, "p0": 0, "d2": 0, "d1": 0}, "profile.d0"),
         ({"kind": "polynomial", "p2": 0, "p1": 0, "p0": 0, "d2": 0, "d1": 0, "d0": 0.5}, "profile.d0"),
         ({"kind": "polynomial", "p2": -1, "p1": 0, "p0": 0, "d2": 0, "d1": 0, "d0": 2}, "profile.p2"),
+        # a step that falls with load breaks PoA-hat >= 1: non-decreasing on u in [0, 1] is needed
+        ({"kind": "polynomial", "p2": 0, "p1": 0, "p0": 0, "d2": -40, "d1": 50, "d0": 6}, "profile.d2"),
+        ({"kind": "polynomial", "p2": 0, "p1": 0, "p0": 0, "d2": 10, "d1": -5, "d0": 6}, "profile.d1"),
+        ({"name": "dynamo-mocker", "d2": -30.0}, "profile.d2"),
         ({"kind": "warp"}, "profile.kind"),
         ({"kind": "exponential", "decode_ms": 1}, "profile.prefill_ms"),
         ({"kind": "exponential", "prefill_ms": 1}, "profile.decode_ms"),
@@ -201,6 +205,22 @@ def test_bad_inputs_name_the_key(table: dict, path: str) -> None:
     with pytest.raises(SpecError) as err:
         resolve_profile(table)
     assert err.value.path == path
+
+
+def test_validate_refuses_a_decode_step_that_falls_with_load() -> None:
+    # issue 46: d2 = -40, d1 = 50, d0 = 6 peaks at u = 0.625 (21.6 ms) and falls to 16 ms at u = 1
+    # (slope d1 + 2 d2 = -30 there), though never below d_min: PoA-hat came out 0.827 on it
+    for bad, path in (({"d2": -40.0, "d1": 50.0, "d0": 6.0}, "profile.d2"), ({"d2": 0.0, "d1": -1.0}, "profile.d1")):
+        with pytest.raises(SpecError) as err:
+            ProfileSpec(**bad).validate()
+        assert err.value.path == path and "decode step may not fall" in str(err.value)
+    ProfileSpec(d2=-25.0, d1=50.0, d0=6.0).validate()  # slope 0 at u = 1: non-decreasing, accepted
+    for name in ("p0", "p1", "p2"):  # NaN compared below 0 as False, so it was let through
+        with pytest.raises(SpecError) as err:
+            ProfileSpec(**{name: float("nan")}).validate()
+        assert err.value.path == f"profile.{name}"
+    for name in BUILTIN_PROFILES:
+        resolve_profile({"name": name}).validate()
 
 
 def test_custom_path_prefix() -> None:
