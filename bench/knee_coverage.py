@@ -15,13 +15,14 @@ point has its own random streams). Each experiment goes through knee_analysis (n
 With --ref REV the same experiments (same data, same bootstrap seeds) also go through
 poa_mc/knee.py as of git revision REV, for a before/after table.
 
-    python3 bench/knee_coverage.py --trials 400 --ref b67204f          # about 20 min on 2 cores
+    python3 bench/knee_coverage.py --trials 400 --ref b67204f   # before: the commit before issue 46
     python3 bench/knee_coverage.py --trials 100 --replicas 4,8          # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def main() -> None:
     ap.add_argument("--ref", help="git revision whose poa_mc/knee.py is the 'before'")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=46)
+    ap.add_argument("--json", help="also write the raw results here")
     a = ap.parse_args()
 
     ref_source = None
@@ -135,27 +137,37 @@ def main() -> None:
         extra = f", population knee {population_knee(curve):.2f}" if has_knee else ""
         print(f"* {name}: {what}{extra}")
     versions = ["ref", "now"] if a.ref else ["now"]
+    by = {(c[0], c[1], c[2]): res for c, res in zip(cells, results)}
+    reps = [int(r) for r in a.replicas.split(",")]
 
-    def fmt(vals: list[float], f: str) -> str:
-        return " -> ".join("-" if math.isnan(v) else format(v, f) for v in vals)
+    def fmt(res: dict[str, dict[str, float]], field: str) -> str:
+        vals = [res[v][field] for v in versions]
+        return " → ".join("-" if math.isnan(v) else f"{v:.2f}" for v in vals)
 
     print()
-    print("| curve | noise | R | detected | coverage given detection | median width |")
-    print("|---|---|---|---|---|---|")
-    for (name, r, s, *_), res in zip(cells, results):
+    print("| curve, noise | " + " | ".join(f"R = {r}" for r in reps) + " |")
+    print("|---|" + "---|" * len(reps))
+    for name in names:
         has_knee = CURVES[name][1]
-        det = fmt([res[v]["detected"] for v in versions], ".3f")
-        cov = fmt([res[v]["coverage"] for v in versions], ".3f") if has_knee else ""
-        wid = fmt([res[v]["width"] for v in versions], ".1f") if has_knee else ""
-        print(f"| {name} | {s:g} | {r} | {det if has_knee else '**false** ' + det} | {cov} | {wid} |")
+        for s in a.noise.split(","):
+            row = []
+            for r in reps:
+                res = by[(name, r, float(s))]
+                if has_knee:
+                    row.append(f"detected {fmt(res, 'detected')}; coverage {fmt(res, 'coverage')}")
+                else:
+                    row.append(f"false {fmt(res, 'detected')}")
+            print(f"| {name}, {float(s):.0%} | " + " | ".join(row) + " |")
     ms = {v: np.mean([res[v]["ms"] for res in results]) for v in versions}
     print()
     print(
-        f"{a.trials} trials per row, n_boot {a.n_boot}; "
+        f"{a.trials} trials per cell, n_boot {a.n_boot}, seed {a.seed}; "
         + ", ".join(f"{v} {ms[v]:.1f} ms per call" for v in versions)
         + f"; {time.perf_counter() - t0:.0f} s"
-        + (f"; before -> after: {a.ref} -> working tree" if a.ref else "")
+        + (f"; before → after: {a.ref} → working tree" if a.ref else "")
     )
+    if a.json:
+        Path(a.json).write_text(json.dumps([{"cell": list(c[:3]), **res} for c, res in zip(cells, results)], indent=1))
 
 
 if __name__ == "__main__":

@@ -850,8 +850,10 @@ def poa_hat_from_candidates(
     ttft_flavour = cost in ("ttft", "observed")
     _require_recorded(
         (
-            ("cand_tokens", cand_tokens, True),
-            ("cand_blocks", cand_blocks, True),
+            # finite only: the router's view can read below 0 (the every-path cells record
+            # -1,092 tokens on some worker), and pricing clips what it charges at 0
+            ("cand_tokens", cand_tokens, False),
+            ("cand_blocks", cand_blocks, False),
             ("added_tokens", added_tokens, True),
             ("added_blocks", added_blocks, True),
             ("ttft_ms", ttft_ms if observed else None, False),

@@ -23,7 +23,7 @@ the bounds invert the pooled CDF log-linearly inside their bins (at saturation a
 fill a handful of 1% bins, and the nearest rank alone would report [Q, Q]). The interval is
 asymmetric where the distribution is, needs no density estimate, and stays inside the data's
 range; bounds are NaN with fewer than 2 replicas. A bootstrap-t pivot on the CDF scale was tried
-and dropped: on M/M/1's P99 it was wider and covered no better (docs/outputs.md). Measured
+and dropped: on M/M/1's P99 it was wider and covered no better (bench/NOTES.md). Measured
 coverage, and where it falls short (tail quantiles of slow queues with few replicas, whose
 exceedances come in a few busy periods): docs/outputs.md, "What the intervals cover".
 

@@ -87,3 +87,28 @@ def test_summarising_progress_on_a_terminal_is_a_bar_without_a_simulating_one():
     con.close()
     out = buf.getvalue()
     assert "summarising" in out and "3/3 cells" in out and "simulating" not in out
+
+
+def test_summary_notes_name_a_short_warmup_and_identical_replicas():
+    from poa_mc.console import summary_notes
+
+    summary = pl.DataFrame(
+        {
+            "topology": ["1P/2D", "1P/2D"],
+            "policy": ["kv", "rr"],
+            "load_axis": ["rate", "rate"],
+            "concurrency": [0, 0],
+            "rate": [90.0, 90.0],
+            "warmup_suggested": [1100, None],
+            "replicas_identical": [False, True],
+        }
+    )
+    notes = summary_notes(summary, 100)
+    assert len(notes) == 2
+    assert "run.warmup = 100" in notes[0] and "use warmup >= 1,100" in notes[0] and "1 of 2 cells" in notes[0]
+    assert "rate 90.0" in notes[0]
+    assert "1 of 2 cells all replicas are identical" in notes[1]
+    quiet = summary.with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("warmup_suggested"), pl.lit(False).alias("replicas_identical")
+    )
+    assert summary_notes(quiet, 100) == []

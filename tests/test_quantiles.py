@@ -64,7 +64,7 @@ def test_one_replica_has_no_interval_and_no_requests_no_value():
 def test_mm1_p99_is_unbiased_and_its_interval_covers_where_the_mean_of_run_p99s_does_not():
     """64 replicas x 400 requests of M/M/1 at load 0.8 (mu = 100/s): the steady-state P99 is
     230.3 ms. Over 120 independent cells the pooled P99's mean error is within 3% (measured -1% to
-    +1%) and its 95% interval covers in at least 85% of cells (measured 0.92 over 150 cells:
+    +1%) and its 95% interval covers in at least 85% of cells (measured 0.92 over 200 cells:
     bench/quantile_coverage.py). The mean of the replicas' own P99s, the figure summary.parquet
     reported before, reads about 29% low and its t-interval covers in no cell."""
     lam, mu, cells = 80.0, 100.0, 120

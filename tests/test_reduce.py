@@ -342,3 +342,18 @@ def test_mm1_p99_through_the_kernels_tally_and_the_summary():
     assert row["ttft_p99_ms_lo"] <= true <= row["ttft_p99_ms_hi"], row
     assert row["ttft_p99_run_ms_hi"] < true * 0.9
     assert row["warmup_suggested"] is None  # 1,100 >= 3 relaxation times at the measured load
+
+
+def test_identical_replicas_are_flagged_and_their_shares_keep_a_width():
+    """A cell whose replicas all come out the same (nothing random drives it) says so; its shares
+    still get an interval of nonzero width inside [0, 1] (Clopper-Pearson on the trials), never
+    [1, 1]."""
+    from poa_mc.proportions import proportion_interval
+    from poa_mc.reduce import _identical
+
+    acc = {"n": np.full(4, 100), "sum_ttft_ms": np.full(4, 5.0), "sum_e2e_ms": np.full(4, 9.0)}
+    assert _identical(acc)
+    acc["sum_ttft_ms"] = np.array([5.0, 5.0, 5.0, 5.1])
+    assert not _identical(acc)
+    met = proportion_interval(np.full(4, 100.0), np.full(4, 100.0))
+    assert met.value == 1.0 and met.hi == 1.0 and 0.95 < met.lo < 1.0
