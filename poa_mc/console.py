@@ -189,10 +189,12 @@ def summary_notes(summary: Any, warmup: int) -> list[str]:
             first = short.row(0, named=True)
             axis = first["load_axis"]
             at = f"{axis} {first['concurrency' if axis == 'concurrency' else 'rate']}"
+            drift = short["warmup_drift"].abs().max()
+            how = f", mean TTFT up to {drift:.0%} apart between the halves of the measured requests" if drift else ""
             out.append(
-                f"warning: run.warmup = {warmup} leaves a start-up transient in mean TTFT and the latencies of "
-                f"{short.height} of {summary.height} cells (e.g. {first['topology']} {first['policy']} at {at}); "
-                f"use warmup >= {most:,} (summary.parquet: warmup_suggested, warmup_drift)"
+                f"warning: run.warmup = {warmup} is too short for {short.height} of {summary.height} cells "
+                f"(e.g. {first['topology']} {first['policy']} at {at}{how}); their means and quantiles lean on the "
+                f"start of the run: use warmup >= {most:,} (summary.parquet: warmup_suggested, warmup_drift)"
             )
     if "replicas_identical" in summary.columns:
         same = summary.filter(pl.col("replicas_identical"))

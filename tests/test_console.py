@@ -100,12 +100,14 @@ def test_summary_notes_name_a_short_warmup_and_identical_replicas():
             "concurrency": [0, 0],
             "rate": [90.0, 90.0],
             "warmup_suggested": [1100, None],
+            "warmup_drift": [0.061, 0.001],
             "replicas_identical": [False, True],
         }
     )
     notes = summary_notes(summary, 100)
     assert len(notes) == 2
     assert "run.warmup = 100" in notes[0] and "use warmup >= 1,100" in notes[0] and "1 of 2 cells" in notes[0]
+    assert "up to 6% apart" in notes[0]
     assert "rate 90.0" in notes[0]
     assert "1 of 2 cells all replicas are identical" in notes[1]
     quiet = summary.with_columns(
