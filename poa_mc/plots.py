@@ -513,7 +513,7 @@ def ttft_p99_figure(summary: pl.DataFrame, *, selfish: str | None = None, replic
     for ax in axes:
         _log_ticks(ax.yaxis, lo, hi)
     note = "95% bands across replicas" if bands else no_interval_note(replicas)
-    fig.suptitle(f"Time to first token, 99th percentile per replica\n{note}", fontsize=11)
+    fig.suptitle(f"Time to first token, 99th percentile of each cell's requests\n{note}", fontsize=11)
     _legend_below(fig, axes, ncol=4)
     return fig
 
