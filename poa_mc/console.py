@@ -175,6 +175,9 @@ def results_table(summary: Any, poa: Any, selfish: str) -> Any:
     return table
 
 
+FEW_FOR_TAILS = 64  # replicas below which a P99's interval under-covers near saturation (docs/outputs.md)
+
+
 def summary_notes(summary: Any, warmup: int) -> list[str]:
     """What a reader of the summary must know before trusting a figure: cells whose warm-up left a
     transient (poa_mc.warmup), and cells whose replicas all came out the same (zero-width
@@ -189,13 +192,21 @@ def summary_notes(summary: Any, warmup: int) -> list[str]:
             first = short.row(0, named=True)
             axis = first["load_axis"]
             at = f"{axis} {first['concurrency' if axis == 'concurrency' else 'rate']}"
-            drift = short["warmup_drift"].abs().max()
+            # quote the drift only where the drift test could have fired (> 2%), never a NaN
+            drifts = [abs(d) for d in short["warmup_drift"].to_list() if d is not None and math.isfinite(d)]
+            drift = max((d for d in drifts if d > 0.02), default=0.0)
             how = f", mean TTFT up to {drift:.0%} apart between the halves of the measured requests" if drift else ""
             out.append(
                 f"warning: run.warmup = {warmup} is too short for {short.height} of {summary.height} cells "
                 f"(e.g. {first['topology']} {first['policy']} at {at}{how}); their means and quantiles lean on the "
                 f"start of the run: use warmup >= {most:,} (summary.parquet: warmup_suggested, warmup_drift)"
             )
+    if "replicas" in summary.columns and summary.height and int(summary["replicas"].min()) < FEW_FOR_TAILS:
+        out.append(
+            f"note: cells with fewer than {FEW_FOR_TAILS} replicas: the intervals of tail quantiles (P99) can "
+            "under-cover near saturation, where a run's tail comes from a few busy periods (docs/outputs.md, "
+            '"What the intervals cover")'
+        )
     if "replicas_identical" in summary.columns:
         same = summary.filter(pl.col("replicas_identical"))
         if same.height:

@@ -4,12 +4,12 @@ Replicas are independent; requests inside one replica are not. Every interval he
 from the spread *across replicas* of per-replica values, never from order statistics inside one
 correlated stream:
 
-* means and per-replica quantiles (P50, P99, ... of each replica, then averaged): Student-t
-  interval of the per-replica values (`t_interval`, `quantile_interval`). Per-replica quantiles are
-  independent across replicas, so the t-interval applies to their mean exactly as to means; the
-  percentile bootstrap (`bootstrap_mean_interval`, kept for callers) under-covers badly with few
-  replicas (about 50% at 2 replicas, 80% at 5);
-* ratios of sums (PoA-hat, hit rate, token-weighted ITL): delta method on the log scale
+* means: Student-t interval of the per-replica values (`t_interval`); the percentile bootstrap
+  (`bootstrap_mean_interval`, kept for callers) under-covers badly with few replicas (about 50% at
+  2 replicas, 80% at 5). `quantile_interval` is the same t-interval over per-replica quantiles: it
+  covers the mean of "the quantile of one run", not the steady-state quantile, which the summary
+  takes from the pooled histograms (poa_mc.quantiles); shares use poa_mc.proportions;
+* ratios of sums (PoA-hat, throughput, token-weighted ITL): delta method on the log scale
   (`ratio_interval`), so the bounds of a positive ratio stay positive; a zero denominator leaves the
   interval undefined (NaN bounds);
 * counterfactual PoA: paired log-ratio intervals of the selfish policy against every other policy,

@@ -117,9 +117,10 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     row["replicas_identical"] = _identical(acc)
     # an open loop's first queue sets its relaxation time (poa_mc.warmup)
     rho = row.get("prefill_util", math.nan) if open_loop else math.nan
-    warm = warmup_check(acc["batch_ttft"], n, warmup, rho) if "batch_ttft" in acc else None
-    row["warmup_drift"] = warm.drift if warm is not None else math.nan
-    row["warmup_suggested"] = warm.suggested if warm is not None and warm.transient else None
+    n_p = int(spec.get("cluster", {}).get("n_prefill", 1) or 1)
+    warm = warmup_check(acc.get("batch_ttft"), n, warmup, rho, n_p)
+    row["warmup_drift"] = warm.drift
+    row["warmup_suggested"] = warm.suggested if warm.transient else None
 
     cluster = ClusterSpec(**spec["cluster"])
     stage, _, k = cluster.poa_stage(poa.get("stage", "auto"))

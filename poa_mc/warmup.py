@@ -13,17 +13,22 @@ Two rules, either of which warns:
   0.95. A warm-up below RELAXATIONS of them leaves a bias the summary's mean carries (M/M/1 at
   0.9 from empty, 64 replicas x 1,000 requests: with 100 warm-up requests mean TTFT reads 4.6%
   low and its interval covers in 51 of 60 cells; with the rule's 1,100, +1.3% and 55 of 60;
-  tests/test_warmup.py). rho is the measured utilisation of the prefill pool (the pool a
+  `PYTHONPATH=. python bench/warmup_coverage.py`). rho is the measured utilisation of the prefill pool (the pool a
   request queues at first; a decode pool's "busy" share means "in a pass", not saturated), so
-  the rule needs no guess before the run;
+  the rule needs no guess before the run; with n_p prefill workers each sees about 1 / n_p of the
+  arrivals, so the rule asks for n_p times as many. It stays silent above rho = 0.98, where no
+  warm-up helps (three relaxation times are over 30,000 arrivals) and the pool may not be stable,
+  and for cells without a prefill pool (aggregated flow, a planner moving workers): there only the
+  drift test speaks;
 * drift (any loop): the kernels tally each replica's TTFT over B = 16 consecutive batches of its
   measured requests in arrival order (kernels/tally.py, `batch_ttft`). Per replica, the mean TTFT
   of the second half minus that of the first; across replicas (independent) a paired t-test. A
   transient is reported when the drift is significant at 1% and larger than 2% of mean TTFT.
   Where the drift test fires, MSER (White 1997) on the replica-averaged batch means z_1..z_B (the
   truncation d <= B / 2 minimising sum_{b > d} (z_b - mean)^2 / (B - d)^2) says where it ends: the
-  suggestion adds the d batches MSER would drop, or, when MSER finds no end inside the run, the
-  run's warm-up again plus the measured requests (a lower bound to try). With few replicas and a
+  suggestion adds the d batches MSER would drop, or, when MSER drops none or half the run (no end
+  of the trend inside it), the run's warm-up again plus the measured requests (a lower bound to
+  try). With few replicas and a
   slow queue the drift test has little power (at rho = 0.9 a replica's mean over 200 requests is
   dominated by the few busy periods it happened to draw), which is why the relaxation rule is
   there.
@@ -43,6 +48,8 @@ import numpy as np
 DRIFT_LEVEL = 0.01  # the paired t-test's two-sided level
 DRIFT_MIN = 0.02  # the smallest relative drift worth a warning
 RELAXATIONS = 3  # warm-up wanted, in relaxation times (e^-3: 5% of the start's deviation left)
+RHO_MAX = 0.98  # above, no warm-up is a remedy: 3 relaxation times are 30,000 arrivals and more, and
+#                 a pool that busy may not be stable at all (the rule stays silent there)
 
 
 @dataclass(frozen=True)
@@ -76,16 +83,22 @@ def relaxation_requests(rho: float) -> float:
     return rho / (1.0 - math.sqrt(rho)) ** 2
 
 
-def check(batch_ttft: np.ndarray, n: int, warmup: int, utilisation: float = math.nan) -> WarmupCheck:
-    """The warm-up check of one cell (module doc) from its replicas' (R, B) TTFT batch sums and,
-    for an open loop, the measured utilisation of its first queue (NaN: no relaxation rule)."""
+def check(
+    batch_ttft: np.ndarray | None, n: int, warmup: int, utilisation: float = math.nan, workers: int = 1
+) -> WarmupCheck:
+    """The warm-up check of one cell (module doc) from its replicas' (R, B) TTFT batch sums (None:
+    not tallied, an older run) and, for an open loop, the measured utilisation of its first queue
+    and that queue's workers (NaN: no relaxation rule)."""
     from scipy import special
 
     want = 0
-    if math.isfinite(utilisation) and utilisation > 0:
-        need = RELAXATIONS * relaxation_requests(min(utilisation, 0.999))
+    if math.isfinite(utilisation) and 0.0 < utilisation <= RHO_MAX:
+        # each of the pool's workers sees about 1 / workers of the arrivals
+        need = RELAXATIONS * relaxation_requests(utilisation) * max(workers, 1)
         if warmup < need:
             want = _round_up(math.ceil(need))
+    if batch_ttft is None:
+        return WarmupCheck(want > 0, math.nan, want)
     sums = np.asarray(batch_ttft, dtype=np.float64)
     r, b = sums.shape
     size = batch_sizes(n, b)

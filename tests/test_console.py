@@ -110,6 +110,8 @@ def test_summary_notes_name_a_short_warmup_and_identical_replicas():
     assert "up to 6% apart" in notes[0]
     assert "rate 90.0" in notes[0]
     assert "1 of 2 cells all replicas are identical" in notes[1]
+    few = summary_notes(summary.with_columns(pl.lit(16).alias("replicas")), 100)
+    assert len(few) == 3 and "fewer than 64 replicas" in few[1]
     quiet = summary.with_columns(
         pl.lit(None, dtype=pl.Int64).alias("warmup_suggested"), pl.lit(False).alias("replicas_identical")
     )

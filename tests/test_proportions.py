@@ -1,4 +1,4 @@
-"""poa_mc.proportions: shares with cluster Wilson intervals, rates with a Poisson bound at zero."""
+"""poa_mc.proportions: shares with cluster Clopper-Pearson intervals, rates with a Poisson bound at zero."""
 
 import math
 

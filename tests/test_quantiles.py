@@ -70,17 +70,18 @@ def test_mm1_p99_is_unbiased_and_its_interval_covers_where_the_mean_of_run_p99s_
     lam, mu, cells = 80.0, 100.0, 120
     true = math.log(100.0) / (mu - lam) * 1000.0
     x = mm1_sojourn_ms(np.random.default_rng(4), cells, 64, 400, lam, mu)
-    values, covered, run_covered = [], 0, 0
+    values, covered, run_covered, run_values = [], 0, 0, []
     for c in range(cells):
         est = _estimate(x[c], 0.99)
         values.append(est.value)
         covered += est.lo <= true <= est.hi
         per_run = np.quantile(x[c], 0.99, axis=1, method="inverted_cdf")
         run = t_interval(per_run)
+        run_values.append(run.value)
         run_covered += run.lo <= true <= run.hi
     assert abs(np.mean(values) / true - 1) < 0.03
     assert covered / cells >= 0.85, covered / cells
-    assert run_covered == 0 and np.mean(values) > true * 0.95
+    assert run_covered == 0 and np.mean(run_values) < true * 0.8
 
 
 def test_the_interval_is_asymmetric_as_the_tail_is():

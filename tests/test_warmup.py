@@ -47,6 +47,11 @@ def test_relaxation_rule_asks_for_three_relaxation_times_of_the_measured_utilisa
     got = check(np.ones((16, B)), 400, 100, utilisation=0.9)
     assert got.transient and got.suggested == 1100  # 3 x 341.8, rounded up to two digits
     assert not check(np.ones((16, B)), 400, 100, utilisation=0.6).transient  # 3 x 11.9 < 100
+    # four prefill workers each see a quarter of the arrivals: four times the warm-up
+    assert check(np.ones((16, B)), 400, 100, utilisation=0.9, workers=4).suggested == 4200
+    # beyond rho = 0.98 no warm-up is a remedy: the rule stays silent rather than ask for millions
+    assert not check(np.ones((16, B)), 400, 100, utilisation=0.995).transient
+    assert check(None, 400, 100, utilisation=0.9).suggested == 1100  # no batch sums (an older run)
 
 
 def test_a_queue_started_empty_drifts_and_the_drift_test_sees_it_with_enough_replicas():
