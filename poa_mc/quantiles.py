@@ -20,7 +20,8 @@ the interval for the q-quantile is the pooled quantiles at q -+ t se(F), t the S
 with R - 1 degrees of freedom. On log-binned histograms both steps interpolate inside a bin: c_r
 counts a replica's share of the bin holding the quantile in proportion to its requests there, and
 the bounds invert the pooled CDF log-linearly inside their bins (at saturation a cell's TTFTs can
-fill a handful of 1% bins, and the nearest rank alone would report [Q, Q]). The interval is
+fill a handful of 1% bins, and the nearest rank alone would report [Q, Q]), and they reach at
+least the binning's RESOLUTION (0.5%) either side of the reported value. The interval is
 asymmetric where the distribution is, needs no density estimate, and stays inside the data's
 range; bounds are NaN with fewer than 2 replicas. A bootstrap-t pivot on the CDF scale was tried
 and dropped: on M/M/1's P99 it was wider and covered no better (bench/NOTES.md). Measured
@@ -136,8 +137,10 @@ def pooled_quantiles(
             min(q + d, 1.0) - max(q - d, 0.0)
         )
         pseudo = value - slope * (u - u.mean()) / (total / r)
-        lo_b = min(max(v_lo, lo_all), value)
-        hi_b = max(min(v_hi, hi_all), value)
+        # the reported value is the bin's middle, within RESOLUTION of the exact rank: the interval
+        # reaches at least that far either side (inside the data's range)
+        lo_b = max(min(v_lo, value / (1.0 + sketch.RESOLUTION)), min(lo_all, value))
+        hi_b = min(max(v_hi, value * (1.0 + sketch.RESOLUTION)), max(hi_all, value))
         out.append(PooledQuantile(value, float(lo_b), float(hi_b), pseudo))
     return out
 
