@@ -290,7 +290,8 @@ def run(
         from poa_mc.console import summary_notes
 
         for line in summary_notes(pl.read_parquet(report.out / "summary.parquet"), grid.run.warmup):
-            click.echo(line, err=True)
+            if not (quiet and line.startswith("note:")):  # --quiet keeps the warnings only
+                click.echo(line, err=True)
         say(f"results: {report.out / 'summary.parquet'}, {report.out / 'poa.parquet'}")
         if report.plots:
             say(f"plots:   {report.out / 'plots'}/ ({', '.join(p.name for p in report.plots)})")
