@@ -17,7 +17,6 @@ a cell: a resubmission waits (afterany) for every job of DIR that is still queue
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -26,11 +25,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from poa_mc.store import atomic_write_bytes
 
 SLURM_DIR = "slurm"
 LOG_DIR = "logs"
@@ -283,19 +283,9 @@ def render_reduce_script(out: Path, opts: SlurmOptions, python: PythonEnv) -> st
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """The store's atomic write: its temporary names the writer (host, pid), so a shard starting
+    beside `submit` and sweeping dead writers' leftovers leaves this one alone."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def read_jobs(out: Path) -> list[dict[str, Any]]:

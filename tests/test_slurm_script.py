@@ -518,3 +518,20 @@ def test_cli_status_plain_and_json(cli: click.Group, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "cells: 1/2 done" in res.output
     res = CliRunner().invoke(cli, ["status", str(tmp_path), "--json"])
     assert json.loads(res.output)["cells"] == {"total": 2, "done": 1, "pending": 1}
+
+
+def test_bookkeeping_survives_a_shard_sweeping_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard starting while `submit` writes shards.json sweeps dead writers' temporaries: submit's
+    own, mid-write, must be recognised as a live writer's and left alone (CI once lost it)."""
+    from poa_mc.store import RunDir
+
+    real_replace = os.replace
+
+    def sweep_then_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        RunDir(tmp_path).remove_temporaries()  # the shard beside us, at the worst moment
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", sweep_then_replace)
+    slurm.write_shards(tmp_path, 2, {"a": 0, "b": 1})
+    assert json.loads((tmp_path / "slurm" / "shards.json").read_text())["tasks"] == 2
+    assert not [p for p in (tmp_path / "slurm").iterdir() if p.name.endswith(".tmp")]
