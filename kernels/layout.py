@@ -404,7 +404,7 @@ NWF = 4
 RI_SEQ = 0  # arrivals so far
 RI_DONE_MEAS = 1  # measured requests completed
 RI_STAMP = 2  # LRU clock
-RI_RR = 3  # round-robin pointer
+RI_RR = 3  # round-robin pointer (the prefill choice in prefill_first, else the decode choice)
 RI_DECIDE = 4  # routing decisions so far (random stream counter)
 RI_HEAPN = 5
 RI_FREE_TOP = 6  # open loop: free slots on the stack in queue row W + 1
@@ -434,7 +434,8 @@ RI_TSESS = 29  # trace, closed replay: sessions started so far
 RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (decode.py)
 RI_DONE_WIN = 31  # completions (any request) after the first measured arrival and before the last one:
 #                   the open loop's throughput window (poa_mc.reduce)
-NRI = 32
+RI_RRD = 32  # prefill_first, round robin: the decode choice's own pointer (Dynamo rotates both stages)
+NRI = 33
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

@@ -39,6 +39,7 @@ from .layout import (
     POL_KV,
     POL_ORACLE,
     POL_PULL,
+    POL_ROUND_ROBIN,
     PROF_POLY,
     RESV_ADMIT,
     RESV_PENDING,
@@ -100,6 +101,7 @@ def build(
     router_book_active = router.book_active
     router_decode_choice = router.decode_choice
     router_fewest_blocks = router.fewest_blocks
+    router_round_robin_decode = router.round_robin_decode
     router_sample_blocks = router.sample_blocks
     router_unbook_active = router.unbook_active
 
@@ -250,6 +252,8 @@ def build(
             pfx = np.int64(slot_i[r, s, SI_PFX])
             if ip[P_POLICY] == POL_ORACLE:
                 d = oracle_decode(ip, fp, slot_i, wk_i, wk_f, pc, queue, run, rep_i, r, key, s, ip[P_NP], nd, t)
+            elif ip[P_POLICY] == POL_ROUND_ROBIN:
+                d = router_round_robin_decode(rep_i, r, ip[P_NP], nd)
             elif ip[P_POLICY] != POL_KV:
                 d = router_fewest_blocks(wk_i, rep_i, r, key, ip[P_NP], nd, g, pfx)
             else:

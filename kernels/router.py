@@ -35,6 +35,7 @@ from .layout import (
     POL_ROUND_ROBIN,
     RI_DECIDE,
     RI_RR,
+    RI_RRD,
     SI_ABP,
     WI_AB,
     WI_APT,
@@ -188,6 +189,15 @@ def build(jit, rng, cache, tiers, jit_inline=None):
     def round_robin(rep_i, r, lo, k):
         i = rep_i[r, RI_RR] % k
         rep_i[r, RI_RR] += 1
+        return lo + i
+
+    @jit
+    def round_robin_decode(rep_i, r, lo, k):
+        """prefill_first's decode choice under round robin: Dynamo's decode client rotates over the
+        decode workers too, with its own counter (docs/sources.md, "Round robin")."""
+        rep_i[r, RI_DECIDE] += 1
+        i = rep_i[r, RI_RRD] % k
+        rep_i[r, RI_RRD] += 1
         return lo + i
 
     @jit
@@ -359,6 +369,7 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         hash_owner=hash_owner,
         choose=choose,
         fewest_blocks=fewest_blocks,
+        round_robin_decode=round_robin_decode,
         tempered=tempered,
         sample_blocks=sample_blocks,
     )

@@ -109,3 +109,26 @@ def test_dynamo_counts_change_only_what_dynamo_does_differently():
     np.testing.assert_array_equal(a.samples["decode_worker"], b.samples["decode_worker"])
     a, b = run("aggregated", 0, "per_request"), run("aggregated", 0, "dynamo")
     assert not np.array_equal(a.samples["decode_worker"], b.samples["decode_worker"])
+
+
+def test_round_robin_rotates_the_decode_workers_of_prefill_first_too():
+    """Dynamo's decode client takes turns as its prefill client does: in the order the decode
+    choices are made, worker d, d + 1, ... (mod 3), each with its third of the requests; the
+    prefill choice keeps its own counter (2 prefill workers alternate as before)."""
+    from poa_mc.engine import simulate
+
+    spec = CellSpec(
+        cluster=ClusterSpec(n_prefill=2, n_decode=3, flow="prefill_first"),
+        workload=WorkloadSpec(isl=Dist("uniform", low=64, high=900), osl=Dist("fixed", 8), concurrency=7),
+        policy=PolicySpec(kind="round_robin"),
+    )
+    res = simulate(spec, replicas=3, requests=90, warmup=0, seed=3, stream=0, drain=True)
+    s, c = res.samples, res.candidates
+    for r in range(3):
+        # choices in the order they were made: by decision time, then by arrival (one prefill
+        # worker's pass hands its requests on in queue order)
+        order = np.lexsort((s["seq"][r], c["decode_decided_ms"][r]))
+        dw = s["decode_worker"][r][order]
+        np.testing.assert_array_equal(dw, (dw[0] + np.arange(len(dw))) % 3)
+        pw = s["prefill_worker"][r][np.argsort(s["seq"][r])]
+        np.testing.assert_array_equal(pw, (pw[0] + np.arange(len(pw))) % 2)
