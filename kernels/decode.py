@@ -31,6 +31,7 @@ from .layout import (
     GHOST_NONE,
     P_B,
     P_BUDGET,
+    P_CLIENT,
     P_CTL,
     P_DADMIT,
     P_DKV,
@@ -59,6 +60,7 @@ from .layout import (
     SF_ARR,
     SF_FIRST,
     SF_READY,
+    SF_SRV,
     SF_SVC,
     SF_TPF,
     SI_ADMSEQ,
@@ -152,8 +154,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         if ip[P_CTL] == 1:
             ctl_tick(ip, fp, rep_i, rep_f, r, t)
             ctl_observe(ip, rep_i, rep_f, r, at - slot_f[r, s, SF_ARR], at)
-        if ip[P_PLAN] == 1:
-            pl_observe_ttft(ip, rep_i, rep_f, r, at - slot_f[r, s, SF_ARR], at)
+        if ip[P_PLAN] == 1:  # Dynamo's planner reads the frontend's TTFT: from the arrival there
+            pl_observe_ttft(ip, rep_i, rep_f, r, at - slot_f[r, s, SF_SRV if ip[P_CLIENT] == 1 else SF_ARR], at)
 
     @jit_inline
     def truncate(ip, fp, wk_i, wk_f, r, d, t_ready):

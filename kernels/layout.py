@@ -31,9 +31,10 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 G4, shared by the prefill workers, in PC_B4..), ring rows hold G2's
                                 ring of anonymous runs in PC_R2N, PC_R2S
   ev    float64 (R, E, 4)       ring of cache events on their way to the router: (due ms, w, g, length)
-  queue int32 (R, W + 2, Q)     FIFO ring of slot ids per worker; row W is the shared pull queue
+  queue int32 (R, W + 2 [+ 2], Q)  FIFO ring of slot ids per worker; row W is the shared pull queue
                                 (the batch router's held decisions), row W + 1 the stack of free
-                                slots (open loop)
+                                slots (open loop); with P_CLIENT, rows W + 2 and W + 3 the client's
+                                rings (kernels/client.py)
   run   int32 (R, W, min(Q, max_seqs))         running slots of each decode worker (unordered, swap-remove)
   heap_t float64 (R, H)         min-heap of client wake-up times (closed loop)
   heap_c int32 (R, H)           client id of each heap entry
@@ -135,7 +136,9 @@ P_POA_SLOTS = 68  # PoA-hat: slots of each worker in a window's assignment
 P_POA_LO = 69  # PoA-hat: the decision's first candidate worker (its column in cand)
 P_POA_K = 70  # PoA-hat: the decision's candidate workers
 P_POA_TIMES = 71  # POA_T_*: when the decision was made and when the load it booked left
-NP_I = 72
+P_CLIENT = 72  # 1: the load generator is modelled (kernels/client.py): a connection pool and/or a per-request overhead
+P_CONN = 73  # client: connections in the pool (0: unlimited)
+NP_I = 74
 
 POA_NONE = 0
 POA_ROUTER = 1  # Dynamo's router cost, F_POA_OMEGA * tokens / block size + blocks
@@ -270,7 +273,8 @@ F_TB_PN = 55  # prefill attention batch axis (F_TB_PB)
 F_SLO_TTFT = 56  # tally: the [slo] TTFT bound, ms (<= 0: none)
 F_SLO_ITL = 57  # tally: the [slo] ITL bound, ms (<= 0: none)
 F_POA_OMEGA = 58  # PoA-hat: the router cost's weight on tokens (POA_ROUTER)
-NF_P = 59
+F_CL_OVH = 59  # client: ms from a request's connection to its arrival at the frontend (client-side overhead)
+NF_P = 60
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only
@@ -349,7 +353,9 @@ SF_FIRST = 4  # first token
 SF_SVC = 5  # theory profiles: this request's prefill service time
 SF_ONB = 6  # tiers: the copy of lower-tier hits its first prefill pass waited for, ms
 SF_TWAIT = 7  # trace, closed replay (slot = client): the delay before its session's next turn, ms
-NSF = 8
+SF_SRV = 8  # client (P_CLIENT): arrival at the frontend (due time while in transit); SF_ARR is then the
+#            client's creation of the request, from which TTFT and E2E are measured, as a client sees them
+NSF = 9
 
 # ---- per-worker integers ----
 WI_APT = 0  # router: active prefill tokens
@@ -435,7 +441,12 @@ RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this
 RI_DONE_WIN = 31  # completions (any request) after the first measured arrival and before the last one:
 #                   the open loop's throughput window (poa_mc.reduce)
 RI_RRD = 32  # prefill_first, round robin: the decode choice's own pointer (Dynamo rotates both stages)
-NRI = 33
+RI_CONN = 33  # client: connections in use
+RI_CPH = 34  # client: ring of requests waiting for a connection (queue row W + 2): head
+RI_CPN = 35  # ... length
+RI_CTH = 36  # client: ring of requests on their way to the frontend (queue row W + 3), in due order: head
+RI_CTN = 37  # ... length
+NRI = 38
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time
@@ -474,7 +485,8 @@ OF_PWAIT = 4
 OF_DWAIT = 5
 OF_DDEC = 6  # when the decode worker was chosen (arrival, or prefill end in prefill_first)
 OF_ONB = 7  # tiers: SF_ONB
-NOF = 8
+OF_CWAIT = 8  # client: from the client's creation of the request to its arrival at the frontend (pool wait + overhead)
+NOF = 9
 
 OI_SEQ = 0
 OI_ISL = 1

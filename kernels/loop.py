@@ -28,6 +28,7 @@ from .layout import (
     P_ARRIVAL,
     P_C,
     P_CHECK,
+    P_CLIENT,
     P_CR1,
     P_CR4,
     P_CTL,
@@ -67,6 +68,8 @@ from .layout import (
     RI_SEQ,
     RI_STATUS,
     RNG_F_GAP,
+    SF_ARR,
+    SF_SRV,
     SI_CLIENT,
     SI_KCOUNT,
     SI_STATE,
@@ -102,6 +105,7 @@ def build(
     controller,
     planner,
     replay,
+    client,
     requests,
     decode,
     placement,
@@ -116,6 +120,9 @@ def build(
     jit_inline = jit_inline or jit
     tiers_on = tiers.enabled  # compile-time constants: False in the lean build (source.build)
     batch_flush = batch.flush
+    client_create = client.create
+    client_next_due = client.next_due
+    client_pop_due = client.pop_due
     new_request = requests.new_request
     plan_decode = decode.plan_decode
     route = placement.route
@@ -225,6 +232,7 @@ def build(
             replay_start(ip, fp, tabs, rep_i, rep_f, r, key)
         closed = ip[P_ARRIVAL] == 0
         drain = ip[P_DRAIN] == 1
+        client_on = ip[P_CLIENT] == 1
         last_arrival = ip[P_WARM] + ip[P_N]
         if closed:
             for c in range(ip[P_C]):
@@ -256,6 +264,8 @@ def build(
                     t = heap_t[r, 0]
             elif rep_f[r, RF_NEXT_ARR] < t:
                 t = rep_f[r, RF_NEXT_ARR]
+            if client_on and client_next_due(ip, slot_f, queue, rep_i, r) < t:
+                t = client_next_due(ip, slot_f, queue, rep_i, r)
             if t == INF:
                 rep_i[r, RI_STATUS] = STATUS_STALL
                 break
@@ -321,10 +331,13 @@ def build(
                     s = np.int64(queue[r, n_w + 1, top - 1])
                     rid = rep_i[r, RI_NOPEN]
                     rep_i[r, RI_NOPEN] = rid + 1
-                arrive(
-                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r,
-                    key, s, rid, t,
-                )  # fmt: skip
+                if client_on:  # the client sends it: kernels/client.py, its arrival below
+                    client_create(ip, fp, slot_f, queue, rep_i, rep_f, r, s, t)
+                else:
+                    arrive(
+                        ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand,
+                        r, key, s, rid, t,
+                    )  # fmt: skip
                 if not closed:
                     if trace == TRACE_TIMES:
                         rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, rid + 1)
@@ -332,6 +345,21 @@ def build(
                         rep_f[r, RF_NEXT_ARR] += rng_exponential(
                             key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE]
                         )
+            # requests a modelled client sent that reach the frontend now, in the order they were
+            # created: the n-th to arrive is the n-th created, and keeps that request's draws
+            while client_on and rep_i[r, RI_STATUS] == 0 and client_next_due(ip, slot_f, queue, rep_i, r) <= t:
+                s = client_pop_due(ip, queue, rep_i, r)
+                if closed:
+                    rid = rng_client_request_id(s, np.int64(slot_i[r, s, SI_KCOUNT]) - 1)
+                else:
+                    rid = rep_i[r, RI_SEQ]
+                created = slot_f[r, s, SF_ARR]
+                arrive(
+                    ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, out_f, out_i, cand, r,
+                    key, s, rid, t,
+                )  # fmt: skip
+                slot_f[r, s, SF_SRV] = t
+                slot_f[r, s, SF_ARR] = created
             if rep_i[r, RI_STATUS] != 0:
                 break
             for w in range(n_p):

@@ -19,6 +19,7 @@ from .layout import (
     F_THINK,
     FLOW_PREFILL_FIRST,
     OF_ARR,
+    OF_CWAIT,
     OF_DWAIT,
     OF_E2E,
     OF_ITL,
@@ -39,6 +40,7 @@ from .layout import (
     OI_SEQ,
     P_ARRIVAL,
     P_B,
+    P_CLIENT,
     P_FLOW,
     P_G,
     P_ISL_A,
@@ -74,6 +76,7 @@ from .layout import (
     SF_FIRST,
     SF_ONB,
     SF_READY,
+    SF_SRV,
     SF_SVC,
     SF_TPF,
     SF_TWAIT,
@@ -114,8 +117,9 @@ from .layout import (
 )
 
 
-def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_inline=None):
+def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client, jit_inline=None):
     jit_inline = jit_inline or jit
+    client_release = client.release
     cache_release = cache.release
     count_in_flight = meters.count_in_flight
     heap_push = heap.push
@@ -202,7 +206,8 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
         if pfx < 0:
             pfx = full_blocks(ip, np.int64(math.floor(fp[F_RATIO] * isl)))
         seq = rep_i[r, RI_SEQ]
-        count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on
+        if ip[P_CLIENT] == 0:  # a modelled client counted it when it created it (kernels/client.py)
+            count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on
         rep_i[r, RI_SEQ] = seq + 1
         slot_i[r, s, SI_SEQ] = seq
         slot_i[r, s, SI_ISL] = isl
@@ -273,9 +278,13 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
             out_f[r, meas, OF_TTFT] = first - arr
             out_f[r, meas, OF_E2E] = t - arr
             out_f[r, meas, OF_ITL] = (t - first) / (osl - 1) if osl > 1 else 0.0
+            # with a client, TTFT and E2E run from the client's creation of the request; the
+            # server's part starts at its arrival at the frontend
+            srv = slot_f[r, s, SF_SRV] if ip[P_CLIENT] == 1 else arr
+            out_f[r, meas, OF_CWAIT] = srv - arr
             # a fully cached prompt is never scheduled in a prefill pass: it waited for no prefill
             tpf = slot_f[r, s, SF_TPF]
-            out_f[r, meas, OF_PWAIT] = tpf - arr if tpf >= 0.0 else 0.0
+            out_f[r, meas, OF_PWAIT] = tpf - srv if tpf >= 0.0 else 0.0
             out_f[r, meas, OF_DWAIT] = slot_f[r, s, SF_ADM] - slot_f[r, s, SF_READY]
             out_i[r, meas, OI_SEQ] = np.int64(slot_i[r, s, SI_SEQ])
             out_i[r, meas, OI_ISL] = isl
@@ -295,6 +304,8 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, jit_in
             rep_f[r, RF_LAST_DONE] = t
         slot_i[r, s, SI_STATE] = ST_FREE
         count_in_flight(ip, rep_i, rep_f, r, t, -1)
+        if ip[P_CLIENT] == 1:
+            client_release(ip, fp, slot_f, queue, rep_i, r, t)
         if ip[P_ARRIVAL] == 0:
             c = np.int64(slot_i[r, s, SI_CLIENT])
             wake = t

@@ -26,6 +26,7 @@ from poa_mc.spec import (
     POPULARITIES,
     REGIMES,
     TIER_CREDIT,
+    ClientSpec,
     ClusterSpec,
     ControllerSpec,
     Dist,
@@ -45,7 +46,7 @@ PLANNER_SUFFIX = " planner"  # the topology label of a split the Planner starts 
 POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
-SECTIONS = ("run", "profile", "workload", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
+SECTIONS = ("run", "profile", "workload", "client", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_BOOTSTRAP = 100_000
@@ -200,6 +201,8 @@ class GridConfig:
             d["profile"].pop("table")
             d["profile"].pop("table_sha")
         drop_tier_keys(d["cluster"], d["policies"])  # and a cluster without lower tiers
+        if self.workload.client is None:
+            d["workload"].pop("client")  # and a grid without [client]
         if self.workload.trace is None:
             d["workload"].pop("trace")  # and a synthetic workload
         else:  # a replayed trace: its lengths and location follow from the file's digest
@@ -586,6 +589,24 @@ def _parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple
             f[key] = getattr(base, key)
     spec = WorkloadSpec(**f)
     return spec, f["arrival"], tuple(refs)
+
+
+def _parse_client(doc: dict) -> ClientSpec | None:
+    """[client]: the load generator (kernels/client.py); absent, requests reach the frontend as they
+    are created and no client is modelled."""
+    if "client" not in doc:
+        return None
+    table = _table(doc, "client", "client")
+    base = ClientSpec()
+    f = _read_fields(
+        table, {"max_connections": (int, base.max_connections), "overhead_ms": (float, base.overhead_ms)}, "client"
+    )
+    spec = ClientSpec(**f)
+    try:
+        spec.validate("client")
+    except SpecError as e:
+        raise ConfigError(e.path, e.message) from None
+    return spec
 
 
 _CLUSTER_FIELDS = {
@@ -996,6 +1017,9 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     _check_keys(doc, SECTIONS, "")
     run = _parse_run(doc)
     workload, arrival, traces = _parse_workload(doc, Path(base_dir))
+    client = _parse_client(doc)
+    if client is not None:
+        workload = dataclasses.replace(workload, client=client)
     cluster = _parse_cluster(doc)
     profile = _parse_profile(doc, cluster, Path(base_dir))
     slo = _parse_slo(doc)

@@ -29,6 +29,8 @@ each replica in arrival order (the first `warmup` arrivals of each replica are d
     cached_blocks  int32   leading prompt blocks found in the prefilling worker's cache (any tier)
     cached_g2..g4  int32   of those, the ones found in its G2, G3 and in G4 (lower tiers, docs/tiers.md)
     onboard_ms     float64 the copy of lower-tier hits to G1 its first prefill pass waited for
+    client_wait_ms float64 with a [client]: its creation -> its arrival at the frontend (connection
+                           pool wait + overhead; arrival, TTFT and E2E then run from the creation)
     prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
     decode_worker  int32   0-based among decode workers
 SimResult.candidates (only with record_candidates): the router's view at each routing decision,
@@ -88,13 +90,13 @@ _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_L
 _PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
 
 SAMPLE_FLOAT_FIELDS = (
-    "arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms",
+    "arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "client_wait_ms",
 )  # fmt: skip
 SAMPLE_INT_FIELDS = (
     "seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker", "cached_g2",
     "cached_g3", "cached_g4",
 )  # fmt: skip
-_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB)
+_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB, L.OF_CWAIT)
 _OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3, L.OI_H4)
 _ADDED = {
     "prefill_added_tokens": L.OI_PADD_T,
@@ -286,6 +288,10 @@ def pack_params(
         if pol.cache == "global":  # the pool's G2 and G3, as its G1: one LRU each over every worker's
             ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks * n_p, c.g3_blocks * n_p
     ip[L.P_CHECK] = 1 if check_blocks else 0
+    if w.client is not None:  # the load generator (kernels/client.py)
+        ip[L.P_CLIENT] = 1
+        ip[L.P_CONN] = w.client.max_connections
+        fp[L.F_CL_OVH] = w.client.overhead_ms
     ip[L.P_LINEAGE] = 1 if c.tier_eviction == "lineage" else 0
     if pol.kind == "batch":
         ip[L.P_BATCH_N] = pol.batch_size
@@ -462,7 +468,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "wk_f": ((n_workers + 1, L.NWF), np.float64),
         "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), L.NPC_T if ip[L.P_G2CAP] > 0 else L.NPC), np.int32),
         "ev": ((4 * slots + 16 if delayed else 1, L.NEV), np.float64),
-        "queue": ((n_workers + 2, qcap), np.int32),
+        "queue": ((n_workers + (4 if ip[L.P_CLIENT] else 2), qcap), np.int32),
         "run": ((n_workers, runcap), np.int32),
         "heap_t": ((int(ip[L.P_H]),), np.float64),
         "heap_c": ((int(ip[L.P_H]),), np.int32),

@@ -64,6 +64,8 @@ def cell_id(spec: CellSpec, stream: int) -> str:
         d["profile"].pop("table")
         d["profile"].pop("table_sha")
     drop_tier_keys(d["cluster"], [d["policy"]])  # clusters without lower tiers likewise
+    if d["workload"]["client"] is None:
+        d["workload"].pop("client")  # and workloads without a modelled client
     if d["workload"]["trace"] is None:
         d["workload"].pop("trace")  # and synthetic workloads
     else:

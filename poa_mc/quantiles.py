@@ -144,6 +144,7 @@ def pooled_quantiles(
         out.append(PooledQuantile(value, float(lo_b), float(hi_b), pseudo))
     return out
 
+
 def pooled_quantile(
     hist: np.ndarray,
     q: float,

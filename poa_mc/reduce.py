@@ -94,6 +94,12 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     for name in ("prefill_wait_ms", "decode_wait_ms"):
         if f"sum_{name}" in acc:
             _put(row, name.replace("_ms", "_mean_ms"), t_interval(mean(name)))
+    if spec.get("workload", {}).get("client") and "sum_client_wait_ms" in acc:
+        # a modelled load generator (kernels/client.py): TTFT and E2E above are what the client
+        # sees; the server's part starts at the frontend, client_wait_mean_ms later on average
+        wait = t_interval(mean("client_wait_ms"))
+        _put(row, "client_wait_mean_ms", replace(wait, lo=max(wait.lo, 0.0)))
+        _put(row, "server_ttft_mean_ms", t_interval(mean("ttft_ms") - mean("client_wait_ms")))
 
     open_loop = spec.get("workload", {}).get("arrival", "closed") != "closed"
     num, den = _request_rate(acc, n, open_loop=open_loop)

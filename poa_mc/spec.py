@@ -7,6 +7,7 @@ and the engine. Every field carries its unit in its name or docstring. `validate
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from poa_mc.kernels.layout import POLICY_TABLE
@@ -114,6 +115,23 @@ class TraceReplay:
 
 
 @dataclass(frozen=True)
+class ClientSpec:
+    """The load generator (`[client]`, kernels/client.py): a pool of `max_connections` connections
+    (0: one per request, unlimited) that requests wait for first come first served, and
+    `overhead_ms` from a request's connection to its arrival at the frontend. TTFT and E2E are then
+    measured from the client's creation of the request, as a benchmark client measures them."""
+
+    max_connections: int = 0
+    overhead_ms: float = 0.0
+
+    def validate(self, path: str = "client") -> None:
+        if self.max_connections < 0:
+            raise SpecError(f"{path}.max_connections", f"must be >= 0 (0: unlimited), got {self.max_connections}")
+        if not (self.overhead_ms >= 0 and math.isfinite(self.overhead_ms)):
+            raise SpecError(f"{path}.overhead_ms", f"must be a finite number >= 0, got {self.overhead_ms}")
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """The request stream. Lengths in tokens, times in milliseconds, rates in requests/second."""
 
@@ -128,8 +146,11 @@ class WorkloadSpec:
     rate_rps: float = 0.0
     think_ms: float = 0.0
     trace: TraceReplay | None = None
+    client: ClientSpec | None = None  # None: requests reach the frontend as they are created
 
     def validate(self, path: str = "workload") -> None:
+        if self.client is not None:
+            self.client.validate("client")
         self.isl.validate(f"{path}.isl")
         self.osl.validate(f"{path}.osl")
         if self.prefix_groups < 1:

@@ -1,14 +1,14 @@
 """Small cells that between them run every path of the kernels: each flow and policy, KV pressure
 (preemption), the transfer handshake, a sampled decode choice, the controller, the planner, the
 batch router, a global cache, an aiconfigurator table, lower tiers (G2, G3 and a shared G4) and
-replayed traces. Shared by the tests that run the kernels under another target or check
+replayed traces, a modelled client. Shared by the tests that run the kernels under another target or check
 (tests/test_engine.py: the CUDA simulator; tests/test_kernels_cpu.py: NUMBA_BOUNDSCHECK)."""
 
 from __future__ import annotations
 
 from poa_mc.config import loads_grid
 from poa_mc.profiles import resolve_profile
-from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
+from poa_mc.spec import CellSpec, ClientSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
 
 # (flow, policy, event delay, decode kv blocks, temperature, transfer ms, osl): the decode kv
 # blocks of 30 and 60 put decode workers under KV pressure (preemption), the temperature samples
@@ -34,6 +34,7 @@ CASES = [
     ("aggregated", "kv-dynamo", 0.0, 16384, 0.0, 0.0, 30),
     ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30),
     ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "kv-client", 0.0, 60, 0.0, 1.0, 30),
 ]
 # a controller that switches within the run; a decode router that chases overlap
 _POLICY = {
@@ -47,6 +48,7 @@ _POLICY = {
     "tiers+g4": dict(kind="round_robin"),
     "kv-dynamo": dict(kind="kv"),
     "global+tiers": dict(kind="kv", cache="global"),
+    "kv-client": dict(kind="kv"),
 }
 # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
 _TIERS = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
@@ -71,6 +73,8 @@ def cells() -> list[tuple[str, str, int, CellSpec]]:
             workload=WorkloadSpec(
                 isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", osl),
                 prefix_groups=6 if "tiers" in pol else 3, concurrency=6,
+                # a load generator with fewer connections than clients, and an overhead
+                client=ClientSpec(max_connections=3, overhead_ms=0.5) if pol == "kv-client" else None,
             ),
             policy=PolicySpec(**{"kind": pol, "temperature": tau, **_POLICY.get(pol, {})}),
             planner=planner,
