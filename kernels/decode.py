@@ -24,11 +24,13 @@ from ._ns import Namespace
 from .layout import (
     DADMIT_REPLAY,
     F_EVDELAY,
+    F_NIXL_POST,
     F_XFER_LAT,
     F_XFER_TOK,
     FLOW_AGGREGATED,
     FLOW_PREFILL_FIRST,
     GHOST_NONE,
+    HANDOVER_VLLM,
     P_B,
     P_BUDGET,
     P_CLIENT,
@@ -37,6 +39,7 @@ from .layout import (
     P_DKV,
     P_FLOW,
     P_G,
+    P_HANDOVER,
     P_MAXSEQ,
     P_NAIVE,
     P_ND,
@@ -49,6 +52,7 @@ from .layout import (
     RESV_ADMIT,
     RESV_HELD,
     RESV_PENDING,
+    RESV_SEEN,
     RF_DBATCH,
     RF_DBUSY,
     RF_DKV,
@@ -59,6 +63,7 @@ from .layout import (
     SF_ADM,
     SF_ARR,
     SF_FIRST,
+    SF_KV,
     SF_READY,
     SF_SRV,
     SF_SVC,
@@ -86,6 +91,7 @@ from .layout import (
     ST_DECODE_Q,
     ST_RUNNING,
     STATUS_OVERCAP,
+    VLLM_POLL_MS,
     WF_BUSY,
     WF_HELD0,
     WF_T0,
@@ -246,17 +252,23 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         starts now. As in
         Dynamo's replay, one reservation per boundary, except that a reservation whose transfer
         takes no time is activated at once, which lets the next one reserve at the same instant.
+        With HANDOVER_VLLM (vLLM's scheduler, docs/engine.md "The handover"), every waiting
+        transfer that fits reserves at this boundary, and each posts its reads before the pass's
+        forward: the pass starts `post` ms later, a transfer's wire time starts when its own reads
+        are posted.
         Returns (earliest ready time among those reserved, 1 if a later transfer still waits for
-        a boundary to reserve at, 0 otherwise)."""
+        a boundary to reserve at, 0 otherwise, ms of posting)."""
         qcap = ip[P_Q]
         bs = ip[P_B]
+        vllm = ip[P_HANDOVER] == HANDOVER_VLLM
         first_ready = INF
+        post = 0.0
         for i in range(np.int64(wk_i[r, d, WI_QN])):
             s = q_at(queue, wk_i, r, d, np.int64(i), qcap)
             if np.int64(slot_i[r, s, SI_RESV]) != RESV_PENDING:
                 continue
-            if first_ready < INF and first_ready > t:
-                return first_ready, np.int64(1)
+            if not vllm and first_ready < INF and first_ready > t:
+                return first_ready, np.int64(1), post
             if np.int64(wk_i[r, d, WI_NRUN]) >= ip[P_MAXSEQ]:
                 break
             isl = np.int64(slot_i[r, s, SI_ISL])
@@ -267,17 +279,20 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 ip, slot_i, wk_i, run, r, d, cache_acquire_need(pc, r, d, g, pfx, pblk - pfx), nspare
             ):
                 break
-            if cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, pblk - pfx, ip[P_G], ip[P_DKV]) < 0:
+            hit = cache_acquire(pc, wk_i, rep_i, ev, fp[F_EVDELAY], t, r, d, g, pfx, pblk - pfx, ip[P_G], ip[P_DKV])
+            if hit < 0:
                 break
             set_reserve(slot_i, r, s, pblk - pfx, bs)
             slot_i[r, s, SI_RESV] = RESV_HELD
-            ready = t
+            if vllm:  # it reads the blocks it does not hold, one descriptor per block and layer region
+                post += fp[F_NIXL_POST] * (pblk - hit)
+            ready = t + post
             if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
-                ready = t + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
+                ready = t + post + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
             slot_f[r, s, SF_READY] = ready
             if ready < first_ready:
                 first_ready = ready
-        return first_ready, np.int64(0)
+        return first_ready, np.int64(0), post
 
     @jit
     def admit(ip, fp, slot_i, wk_i, pc, ev, run, rep_i, r, d, s, t, nspare):
@@ -348,9 +363,13 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
           on d, only arrived transfers are admitted; preempted requests wait for none to be left.
           Under sustained pressure this starves them until the load stops (the replay drains at
           its end; see docs/engine.md).
+        With HANDOVER_VLLM an arrived transfer is first seen (the worker's poll at this boundary:
+        the prefill worker lets go of its copy) and admitted at the first boundary VLLM_POLL_MS
+        later (RESV_SEEN; vLLM's async scheduling issued the next step before it learnt of it).
         Returns the earliest time a queued request becomes ready (INF if none)."""
         qcap = ip[P_Q]
         replay = ip[P_DADMIT] == DADMIT_REPLAY
+        vllm = ip[P_HANDOVER] == HANDOVER_VLLM
         next_ready = INF
         pending = False
         if replay:
@@ -369,11 +388,14 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             if slot_f[r, s, SF_READY] > t:
                 if slot_f[r, s, SF_READY] < next_ready:
                     next_ready = slot_f[r, s, SF_READY]
-                if resv == RESV_HELD:
+                if resv == RESV_HELD or resv == RESV_SEEN:
                     i += 1
                     continue
                 break  # decode_first: its transfer runs; FCFS
-            if resv == RESV_HELD:
+            if resv == RESV_SEEN:
+                slot_i[r, s, SI_RESV] = RESV_ADMIT  # seen a step ago: its copy is gone already
+                slot_f[r, s, SF_READY] = slot_f[r, s, SF_KV]  # decode_wait_ms runs from the KV's arrival
+            elif resv == RESV_HELD:
                 if blocked and replay:
                     break
                 # the KV has arrived: the prefill worker lets go of its copy
@@ -390,6 +412,14 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 ):
                     rep_i[r, RI_PWAKE] = 1  # it may have been waiting for these blocks
                 slot_i[r, s, SI_RESV] = RESV_ADMIT
+                if vllm:
+                    slot_i[r, s, SI_RESV] = RESV_SEEN
+                    slot_f[r, s, SF_KV] = slot_f[r, s, SF_READY]
+                    slot_f[r, s, SF_READY] = t + VLLM_POLL_MS
+                    if t + VLLM_POLL_MS < next_ready:
+                        next_ready = t + VLLM_POLL_MS
+                    i += 1
+                    continue
             elif pending or blocked:
                 i += 1
                 continue
@@ -482,10 +512,13 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         replay = ip[P_DADMIT] == DADMIT_REPLAY
         first_ready = INF
         more = np.int64(0)
+        post = 0.0  # HANDOVER_VLLM: the pass starts once the reads reserved at this boundary are posted
         if prefill_first and replay:
             # the replay's pass boundary first hands blocks to a waiting transfer, keeping no room
             # for the running requests' growth (they may be preempted for it)
-            first_ready, more = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, np.int64(0))
+            first_ready, more, post = reserve(
+                ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, np.int64(0)
+            )
         # running requests next: the next step must get its blocks, else the newest is preempted
         # (each adds at most a block per step, so with that much room nothing is scanned)
         preempted = False
@@ -495,10 +528,15 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             preempted = fit_next_step(ip, slot_i, wk_i, pc, queue, run, rep_i, r, d)
             nrun = np.int64(wk_i[r, d, WI_NRUN])
         admitted_from = nrun
-        if prefill_first and not replay and not waiting_for_blocks(ip, slot_i, wk_i, queue, r, d):
+        if (
+            prefill_first
+            and not replay
+            and not (preempted and ip[P_HANDOVER] == HANDOVER_VLLM)  # vLLM: no new request in a step that preempted
+            and not waiting_for_blocks(ip, slot_i, wk_i, queue, r, d)
+        ):
             # vLLM: blocks go to the waiting (preempted) requests first, then to a transfer,
             # leaving room for the running requests' next step
-            first_ready, more = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nrun)
+            first_ready, more, post = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nrun)
         if not preempted:
             nxt = admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t, nrun)
             if nxt < first_ready:
@@ -558,7 +596,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         if n_dec == 0 and n_pre == 0:
             return
         cap = np.float64(kv_cap * bs)
-        wk_f[r, d, WF_T0] = t
+        t0 = t + post
+        wk_f[r, d, WF_T0] = t0
         wk_f[r, d, WF_HELD0] = np.float64(np.int64(wk_i[r, d, WI_USED]) - np.int64(wk_i[r, d, WI_FREE]))
         wk_i[r, d, WI_SEG_N] = n_dec
         wk_i[r, d, WI_SEG_X0] = x0
@@ -574,7 +613,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 dur += step_ms(fp, np.float64(x0 + x_done), n_dec + n_done, cap)
             wk_i[r, d, WI_MIXED] = 1
             wk_i[r, d, WI_SEG_M] = 1
-            first = t + dur
+            first = t0 + dur
         else:
             wk_i[r, d, WI_MIXED] = 0
             if ip[P_NAIVE] == 1 or preempted or more == 1:
@@ -588,7 +627,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             step = first_step(fp, seg, x0, np.int64(n_dec), cap)
             dur = step if m == 1 else span(fp, seg, x0, np.int64(n_dec), m, cap)
             wk_i[r, d, WI_SEG_M] = m
-            first = t + step
+            first = t0 + step
         # only requests admitted by this call can still wait for their first decode step: a local
         # prefill gets its first token at the end of the pass that completes it (decode_end)
         for i in range(admitted_from, nrun):
@@ -598,7 +637,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             ):
                 slot_i[r, s, SI_FRESH] = 0
                 first_token(ip, fp, slot_f, rep_i, rep_f, r, s, first, t)
-        wk_f[r, d, WF_BUSY] = t + dur
+        wk_f[r, d, WF_BUSY] = t0 + dur
         if first_ready > t and first_ready < INF:
             truncate(ip, fp, wk_i, wk_f, r, d, first_ready)
 

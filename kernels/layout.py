@@ -138,7 +138,16 @@ P_POA_K = 70  # PoA-hat: the decision's candidate workers
 P_POA_TIMES = 71  # POA_T_*: when the decision was made and when the load it booked left
 P_CLIENT = 72  # 1: the load generator is modelled (kernels/client.py): a connection pool and/or a per-request overhead
 P_CONN = 73  # client: connections in the pool (0: unlimited)
-NP_I = 74
+P_HANDOVER = 74  # HANDOVER_*: how a prefill_first decode worker takes over a request's KV (kernels/decode.py)
+NP_I = 75
+
+HANDOVER_MOCKER = 0  # Dynamo's mocker and replay: one reservation per pass boundary, admitted at the
+#                      first boundary after the KV arrived
+HANDOVER_VLLM = 1  # vLLM 0.14.1's NixlConnector: every waiting transfer that fits reserves at a boundary
+#                    with no preemption, posting its reads delays that pass, the arrival is seen at the
+#                    end of the pass it falls in and the request admitted a step later (async scheduling)
+VLLM_POLL_MS = 1.0  # vLLM's engine loop: an idle engine polls every 1 ms; a request seen done is
+#                     admitted at the first pass boundary at least this long after (the next step)
 
 POA_NONE = 0
 POA_ROUTER = 1  # Dynamo's router cost, F_POA_OMEGA * tokens / block size + blocks
@@ -274,7 +283,8 @@ F_SLO_TTFT = 56  # tally: the [slo] TTFT bound, ms (<= 0: none)
 F_SLO_ITL = 57  # tally: the [slo] ITL bound, ms (<= 0: none)
 F_POA_OMEGA = 58  # PoA-hat: the router cost's weight on tokens (POA_ROUTER)
 F_CL_OVH = 59  # client: ms from a request's connection to its arrival at the frontend (client-side overhead)
-NF_P = 60
+F_NIXL_POST = 60  # HANDOVER_VLLM: ms of the decode worker's step to post the reads of one KV block
+NF_P = 61
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only
@@ -333,6 +343,7 @@ NSI = 32  # 128-byte rows (one unused field) on 64-byte aligned arrays (kernels/
 RESV_ADMIT = 0  # decode blocks are taken at admission
 RESV_PENDING = 1  # prefill_first: waiting for the decode worker to reserve its blocks
 RESV_HELD = 2  # prefill_first: blocks reserved, KV transfer under way or done
+RESV_SEEN = 3  # HANDOVER_VLLM: the transfer was seen done at SF_READY - VLLM_POLL_MS; admitted from SF_READY
 
 GHOST_NONE = -2  # SI_GHOST of a preempted request that left no cached run
 
@@ -355,7 +366,8 @@ SF_ONB = 6  # tiers: the copy of lower-tier hits its first prefill pass waited f
 SF_TWAIT = 7  # trace, closed replay (slot = client): the delay before its session's next turn, ms
 SF_SRV = 8  # client (P_CLIENT): arrival at the frontend (due time while in transit); SF_ARR is then the
 #            client's creation of the request, from which TTFT and E2E are measured, as a client sees them
-NSF = 9
+SF_KV = 9  # HANDOVER_VLLM, while RESV_SEEN: when its KV arrived (SF_READY is then the admission's earliest time)
+NSF = 10
 
 # ---- per-worker integers ----
 WI_APT = 0  # router: active prefill tokens

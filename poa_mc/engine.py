@@ -288,6 +288,9 @@ def pack_params(
         if pol.cache == "global":  # the pool's G2 and G3, as its G1: one LRU each over every worker's
             ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks * n_p, c.g3_blocks * n_p
     ip[L.P_CHECK] = 1 if check_blocks else 0
+    if c.handover == "vllm":
+        ip[L.P_HANDOVER] = L.HANDOVER_VLLM
+        fp[L.F_NIXL_POST] = c.nixl_descriptors_per_block * c.nixl_post_us / 1000.0
     if w.client is not None:  # the load generator (kernels/client.py)
         ip[L.P_CLIENT] = 1
         ip[L.P_CONN] = w.client.max_connections

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from poa_mc.kernels.layout import POLICY_TABLE
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
+HANDOVERS = ("mocker", "vllm")
+# cluster keys added after cells had ids: at these defaults they are left out of ids and fingerprints
+LATER_DEFAULTS = {"handover": "mocker", "nixl_descriptors_per_block": 0, "nixl_post_us": 2.4}
 DECODE_ADMISSIONS = ("fcfs", "replay")
 POLICY_KINDS = tuple(name for name, _ in POLICY_TABLE)  # the one table: kernels/layout.py
 CACHES = ("per_worker", "global")  # PolicySpec.cache
@@ -387,6 +390,11 @@ class ClusterSpec:
     g4_gbps: float = 1.0  # each prefill worker's link to the remote store
     tier_decay_ms: float = 0.0
     tier_eviction: str = "lru"  # inside each tier of a prefill worker: LRU, or the lineage rule
+    # how a prefill_first decode worker takes over a request's KV (kernels/decode.py, docs/engine.md
+    # "The handover"): "mocker" as Dynamo's mocker and replay, "vllm" as vLLM 0.14.1's NixlConnector
+    handover: str = "mocker"
+    nixl_descriptors_per_block: int = 0  # "vllm": reads posted per KV block (2 x layers; 0: no posting time)
+    nixl_post_us: float = 2.4  # "vllm": CPU time to post one descriptor, microseconds
 
     def has_tiers(self) -> bool:
         return self.g2_blocks > 0 or self.g3_blocks > 0 or self.g4_blocks > 0
@@ -428,6 +436,16 @@ class ClusterSpec:
                 f"{path}.decode_admission",
                 f"must be one of {', '.join(DECODE_ADMISSIONS)}, got {self.decode_admission!r}",
             )
+        if self.handover not in HANDOVERS:
+            raise SpecError(f"{path}.handover", f"must be one of {', '.join(HANDOVERS)}, got {self.handover!r}")
+        if self.handover != "mocker" and self.flow != "prefill_first":
+            raise SpecError(f"{path}.handover", f"is a prefill_first decode worker's; flow {self.flow} has none")
+        if self.nixl_descriptors_per_block < 0:
+            raise SpecError(
+                f"{path}.nixl_descriptors_per_block", f"must be >= 0, got {self.nixl_descriptors_per_block}"
+            )
+        if not (self.nixl_post_us >= 0 and math.isfinite(self.nixl_post_us)):
+            raise SpecError(f"{path}.nixl_post_us", f"must be a finite number >= 0, got {self.nixl_post_us}")
         if self.flow != "aggregated" and self.n_prefill < 1:
             raise SpecError(f"{path}.n_prefill", f"needs at least one prefill worker, got {self.n_prefill}")
         if self.n_decode < 1:
@@ -617,6 +635,9 @@ def drop_tier_keys(cluster: dict, policies: list[dict]) -> None:
         cluster.pop("router_blocks", None)
     if cluster.get("tier_eviction", "lru") == "lru":
         cluster.pop("tier_eviction", None)
+    for k, default in LATER_DEFAULTS.items():  # keys added later, at their defaults
+        if cluster.get(k, default) == default:
+            cluster.pop(k, None)
     if any(cluster.get(k, 0) for k in ("g2_blocks", "g3_blocks", "g4_blocks")):
         return
     for k in TIER_KEYS:

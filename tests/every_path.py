@@ -1,7 +1,8 @@
 """Small cells that between them run every path of the kernels: each flow and policy, KV pressure
 (preemption), the transfer handshake, a sampled decode choice, the controller, the planner, the
-batch router, a global cache, an aiconfigurator table, lower tiers (G2, G3 and a shared G4) and
-replayed traces, a modelled client. Shared by the tests that run the kernels under another target or check
+batch router, a global cache, an aiconfigurator table, lower tiers (G2, G3 and a shared G4),
+replayed traces, a modelled client and vLLM's handover. Shared by the tests that run the kernels
+under another target or check
 (tests/test_engine.py: the CUDA simulator; tests/test_kernels_cpu.py: NUMBA_BOUNDSCHECK)."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CASES = [
     ("prefill_first", "kv-dynamo", 0.0, 16384, 0.5, 1.0, 30),
     ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30),
     ("prefill_first", "kv-client", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "kv-vllm", 0.0, 60, 0.0, 1.0, 30),
 ]
 # a controller that switches within the run; a decode router that chases overlap
 _POLICY = {
@@ -49,12 +51,18 @@ _POLICY = {
     "kv-dynamo": dict(kind="kv"),
     "global+tiers": dict(kind="kv", cache="global"),
     "kv-client": dict(kind="kv"),
+    "kv-vllm": dict(kind="kv"),
 }
 # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
 _TIERS = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
 # and a G4 shared by both prefill workers, fed by a G3 small enough to spill into it
 _TIERS4 = {**_TIERS, "g3_blocks": 4, "g4_blocks": 80, "g4_gbps": 2.0, "tier_decay_ms": 0.0}
-_CLUSTER = {"tiers": _TIERS, "tiers+g4": _TIERS4, "global+tiers": _TIERS, "kv-dynamo": {"router_blocks": "dynamo"}}
+# vLLM's handover: reads posted at 160 descriptors a block, under KV pressure (preemption)
+_VLLM = {"handover": "vllm", "nixl_descriptors_per_block": 160, "max_seqs": 4}
+_CLUSTER = {
+    "kv-vllm": _VLLM, "tiers": _TIERS, "tiers+g4": _TIERS4, "global+tiers": _TIERS,
+    "kv-dynamo": {"router_blocks": "dynamo"},
+}  # fmt: skip
 
 
 def cells() -> list[tuple[str, str, int, CellSpec]]:
