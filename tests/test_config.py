@@ -207,7 +207,7 @@ def test_cluster_block_size_zero_names_cluster_not_profile():
 
 def test_a_decode_step_that_falls_with_load_is_refused_naming_its_key(tmp_path):
     # non-decreasing on u in [0, 1] is what PoA-hat >= 1 needs (issue 46: 0.827 on this one)
-    bad = "\n[profile]\nkind = \"polynomial\"\np2 = 0.0\np1 = 0.02\np0 = 10.0\nd2 = -40.0\nd1 = 50.0\nd0 = 6.0\n"
+    bad = '\n[profile]\nkind = "polynomial"\np2 = 0.0\np1 = 0.02\np0 = 10.0\nd2 = -40.0\nd1 = 50.0\nd0 = 6.0\n'
     e = _err(SMALL + bad)
     assert e.path == "profile.d2" and "d1 + 2*d2 must be >= 0" in str(e)
     assert _err(SMALL + bad.replace("d2 = -40.0\nd1 = 50.0", "d2 = 0.0\nd1 = -1.0")).path == "profile.d1"
