@@ -24,6 +24,7 @@ from ._ns import Namespace
 from .layout import (
     DADMIT_REPLAY,
     F_EVDELAY,
+    F_KV_BYTES,
     F_NIXL_POST,
     F_XFER_LAT,
     F_XFER_TOK,
@@ -40,6 +41,7 @@ from .layout import (
     P_FLOW,
     P_G,
     P_HANDOVER,
+    P_LINKS,
     P_MAXSEQ,
     P_NAIVE,
     P_ND,
@@ -117,7 +119,7 @@ INF = math.inf
 NONE_LEFT = np.int64(1) << np.int64(40)  # a pass's fewest tokens left while no sequence decodes
 
 
-def build(jit, cache, controller, planner, timing, meters, queues, blocks, requests, jit_inline=None):
+def build(jit, cache, controller, planner, timing, meters, queues, blocks, requests, links, jit_inline=None):
     jit_inline = jit_inline or jit
     cache_acquire = cache.acquire
     cache_acquire_need = cache.acquire_need
@@ -127,6 +129,9 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     cache_reclaim = cache.reclaim
     cache_release = cache.release
     cache_row = blocks.cache_row
+    link_start = links.start
+    link_done = links.done
+    node_of = links.node_of
     ceil_blocks = blocks.ceil_blocks
     full_blocks = blocks.full_blocks
     finish = requests.finish
@@ -244,7 +249,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         rep_i[r, RI_PREEMPT] += 1
 
     @jit_inline
-    def reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nspare):
+    def reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, rep_f, r, d, t, nspare):
         """prefill_first, at a pass boundary of decode worker d: reserve the prompt blocks of the
         oldest transfer waiting for them (its resident prefix shared), if they fit in the free and
         evictable blocks (with room for the next step of the first `nspare` running requests) and
@@ -287,7 +292,11 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             if vllm:  # it reads the blocks it does not hold, one descriptor per block and layer region
                 post += fp[F_NIXL_POST] * (pblk - hit)
             ready = t + post
-            if fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
+            pw = np.int64(slot_i[r, s, SI_PW])
+            if ip[P_LINKS] == 1 and node_of(ip, pw) != node_of(ip, d):  # over the prefill node's link
+                nbytes = fp[F_KV_BYTES] * isl
+                ready = link_start(ip, fp, slot_i, slot_f, rep_f, r, s, node_of(ip, pw), t + post, nbytes)
+            elif fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
                 ready = t + post + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
             slot_f[r, s, SF_READY] = ready
             if ready < first_ready:
@@ -348,7 +357,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         wk_i[r, d, WI_NRUN] += 1
 
     @jit_inline
-    def admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t, nspare):
+    def admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t, nspare):
         """Admission of waiting requests while sequence slots last (never in a pass that
         preempted). The waiting requests are the queue in order, preempted ones at its front;
         reserved transfers still under way are not waiting yet. A transfer whose KV has arrived
@@ -398,6 +407,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             elif resv == RESV_HELD:
                 if blocked and replay:
                     break
+                if ip[P_LINKS] == 1:
+                    link_done(ip, fp, slot_i, slot_f, rep_f, r, s, t)
                 # the KV has arrived: the prefill worker lets go of its copy
                 pw = cache_row(ip, np.int64(slot_i[r, s, SI_PW]))
                 isl = np.int64(slot_i[r, s, SI_ISL])
@@ -517,7 +528,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             # the replay's pass boundary first hands blocks to a waiting transfer, keeping no room
             # for the running requests' growth (they may be preempted for it)
             first_ready, more, post = reserve(
-                ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, np.int64(0)
+                ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, rep_f, r, d, t, np.int64(0)
             )
         # running requests next: the next step must get its blocks, else the newest is preempted
         # (each adds at most a block per step, so with that much room nothing is scanned)
@@ -536,9 +547,11 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         ):
             # vLLM: blocks go to the waiting (preempted) requests first, then to a transfer,
             # leaving room for the running requests' next step
-            first_ready, more, post = reserve(ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, r, d, t, nrun)
+            first_ready, more, post = reserve(
+                ip, fp, slot_i, slot_f, wk_i, pc, ev, queue, run, rep_i, rep_f, r, d, t, nrun
+            )
         if not preempted:
-            nxt = admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, r, d, t, nrun)
+            nxt = admit_queue(ip, fp, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, rep_i, rep_f, r, d, t, nrun)
             if nxt < first_ready:
                 first_ready = nxt
         if np.int64(wk_i[r, d, WI_USED]) > kv_cap:

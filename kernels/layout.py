@@ -139,7 +139,10 @@ P_POA_TIMES = 71  # POA_T_*: when the decision was made and when the load it boo
 P_CLIENT = 72  # 1: the load generator is modelled (kernels/client.py): a connection pool and/or a per-request overhead
 P_CONN = 73  # client: connections in the pool (0: unlimited)
 P_HANDOVER = 74  # HANDOVER_*: how a prefill_first decode worker takes over a request's KV (kernels/decode.py)
-NP_I = 75
+P_LINKS = 75  # 1: workers sit on nodes, transfers across nodes share their node's link (kernels/links.py); the
+#               worker's node is then ip[NP_I + w]
+P_LINK_F = 76  # with P_LINKS: rep_f's index of node 0's link clock (one per node after it)
+NP_I = 77
 
 HANDOVER_MOCKER = 0  # Dynamo's mocker and replay: one reservation per pass boundary, admitted at the
 #                      first boundary after the KV arrived
@@ -284,7 +287,9 @@ F_SLO_ITL = 57  # tally: the [slo] ITL bound, ms (<= 0: none)
 F_POA_OMEGA = 58  # PoA-hat: the router cost's weight on tokens (POA_ROUTER)
 F_CL_OVH = 59  # client: ms from a request's connection to its arrival at the frontend (client-side overhead)
 F_NIXL_POST = 60  # HANDOVER_VLLM: ms of the decode worker's step to post the reads of one KV block
-NF_P = 61
+F_NIC_GBPS = 61  # P_LINKS: a node's network link, GB/s (1e6 bytes per ms), shared by the transfers leaving it
+F_KV_BYTES = 62  # P_LINKS: KV bytes per prompt token (what a transfer across nodes moves)
+NF_P = 63
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only
@@ -337,7 +342,8 @@ SI_H3 = 27  # tiers: ... in G3
 SI_TROW = 28  # trace, closed replay (slot = client): the row of its request, -1 before a new session
 SI_TCYC = 29  # trace, closed replay: the pass over the trace its current session belongs to
 SI_H4 = 30  # tiers: ... in G4
-NSI = 32  # 128-byte rows (one unused field) on 64-byte aligned arrays (kernels/cpu.py): a decode pass's
+SI_LINK = 31  # P_LINKS: 1 + the link its KV transfer runs on (0: none)
+NSI = 32  # 128-byte rows on 64-byte aligned arrays (kernels/cpu.py): a decode pass's
 #          fields of a running request (SI_ISL..SI_NEXTB) are one cache line
 
 RESV_ADMIT = 0  # decode blocks are taken at admission
@@ -367,7 +373,8 @@ SF_TWAIT = 7  # trace, closed replay (slot = client): the delay before its sessi
 SF_SRV = 8  # client (P_CLIENT): arrival at the frontend (due time while in transit); SF_ARR is then the
 #            client's creation of the request, from which TTFT and E2E are measured, as a client sees them
 SF_KV = 9  # HANDOVER_VLLM, while RESV_SEEN: when its KV arrived (SF_READY is then the admission's earliest time)
-NSF = 10
+SF_REM = 10  # P_LINKS: bytes of its transfer left as of its link's clock
+NSF = 11
 
 # ---- per-worker integers ----
 WI_APT = 0  # router: active prefill tokens

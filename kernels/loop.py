@@ -72,6 +72,7 @@ from .layout import (
     SF_SRV,
     SI_CLIENT,
     SI_KCOUNT,
+    SI_LINK,
     SI_STATE,
     SI_TROW,
     ST_FREE,
@@ -227,6 +228,7 @@ def build(
             slot_i[r, s, SI_CLIENT] = s
             slot_i[r, s, SI_KCOUNT] = 0
             slot_i[r, s, SI_TROW] = -1
+            slot_i[r, s, SI_LINK] = 0
         trace = ip[P_TRACE] if trace_on else TRACE_NONE
         if trace != TRACE_NONE:
             replay_start(ip, fp, tabs, rep_i, rep_f, r, key)

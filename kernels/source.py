@@ -12,6 +12,7 @@ from . import (
     controller,
     decode,
     heap,
+    links,
     loop,
     meters,
     placement,
@@ -56,7 +57,8 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     bl = blocks.build(jit, jit_inline)
     cl = client.build(jit, mt, jit_inline)
     rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, jit_inline)
-    dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, jit_inline)
+    lk = links.build(jit)
+    dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, lk, jit_inline)
     plc = placement.build(jit, r, c, ro, ctl, tm, qu, bl, dc, jit_inline)
     b = batch.build(jit, ro, qu, dc, plc)
     pf = prefill.build(jit, tr, c, ro, ctl, tm, mt, qu, bl, dc, plc, b, jit_inline)
@@ -65,6 +67,7 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     ph = poa_hat.build(jit, jit_inline)
     return Namespace(
         rng=r, tiers=tr, replay=rp, cache=c, client=cl, router=ro, heap=h, controller=ctl, planner=pl, timing=tm,
-        meters=mt, queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b, prefill=pf, loop=lp, tally=ta,
-        poa_hat=ph, simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows, replica_sums=ph.replica_sums,
+        meters=mt, links=lk, queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b, prefill=pf, loop=lp,
+        tally=ta, poa_hat=ph, simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows,
+        replica_sums=ph.replica_sums,
     )  # fmt: skip

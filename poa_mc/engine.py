@@ -226,7 +226,8 @@ def pack_params(
     c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
     n_p, n_d = pool_sizes(spec)
     slots = w.concurrency if w.arrival == "closed" else c.max_inflight
-    ip = np.zeros(L.NP_I, dtype=np.int64)
+    nodes = c.nodes()  # with nodes and links, each worker's node after the parameters (kernels/links.py)
+    ip = np.zeros(L.NP_I + len(nodes), dtype=np.int64)
     fp = pack_profile(p)
     ip[L.P_NP] = n_p
     ip[L.P_ND] = n_d
@@ -288,6 +289,11 @@ def pack_params(
         if pol.cache == "global":  # the pool's G2 and G3, as its G1: one LRU each over every worker's
             ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks * n_p, c.g3_blocks * n_p
     ip[L.P_CHECK] = 1 if check_blocks else 0
+    if nodes:
+        ip[L.P_LINKS] = 1
+        ip[L.NP_I :] = nodes
+        fp[L.F_NIC_GBPS] = c.node_nic_gbps
+        fp[L.F_KV_BYTES] = c.kv_bytes_per_token
     if c.handover == "vllm":
         ip[L.P_HANDOVER] = L.HANDOVER_VLLM
         fp[L.F_NIXL_POST] = c.nixl_descriptors_per_block * c.nixl_post_us / 1000.0
@@ -360,7 +366,15 @@ def pack_params(
         tabs[L.TB_GRP, :n], tabs[L.TB_PFX, :n] = table.group, table.pfx
         tabs[L.TB_TIME, :n], tabs[L.TB_DELAY, :n], tabs[L.TB_NEXT, :n] = table.time_ms, table.delay_ms, table.next_row
         tabs[L.TB_START, : len(table.starts)] = table.starts
+    if nodes:  # the links' clocks follow the other regions of rep_f
+        ip[L.P_LINK_F] = _rep_f_base(ip)
     return ip, fp, tabs
+
+
+def _rep_f_base(ip: np.ndarray) -> int:
+    """rep_f's length before the links' clocks: its fields, the controller's ring and log, the batch
+    router's scratch or the planner's log (kernels/layout.py)."""
+    return L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]) + _batch_scratch(ip) + 3 * int(ip[L.P_PL_LOG])
 
 
 def kernel_build(spec: CellSpec, backend: str) -> str:
@@ -476,16 +490,7 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
         "heap_t": ((int(ip[L.P_H]),), np.float64),
         "heap_c": ((int(ip[L.P_H]),), np.int32),
         "rep_i": ((L.NRI,), np.int64),
-        "rep_f": (
-            (
-                L.NRF
-                + 2 * int(ip[L.P_CTL_WIN])
-                + 3 * int(ip[L.P_CTL_LOG])
-                + _batch_scratch(ip)
-                + 3 * int(ip[L.P_PL_LOG]),
-            ),
-            np.float64,
-        ),
+        "rep_f": ((_rep_f_base(ip) + (n_workers if ip[L.P_LINKS] else 0),), np.float64),
         "out_f": ((requests, L.NOF), np.float64),
         "out_i": ((requests, L.NOI), np.int32),
         "cand": ((requests, n_workers, L.NCAND) if record else (1, 1, L.NCAND), np.float64),

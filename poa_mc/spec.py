@@ -15,7 +15,10 @@ from poa_mc.kernels.layout import POLICY_TABLE
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 HANDOVERS = ("mocker", "vllm")
 # cluster keys added after cells had ids: at these defaults they are left out of ids and fingerprints
-LATER_DEFAULTS = {"handover": "mocker", "nixl_descriptors_per_block": 0, "nixl_post_us": 2.4}
+LATER_DEFAULTS = {
+    "handover": "mocker", "nixl_descriptors_per_block": 0, "nixl_post_us": 2.4, "gpus_per_node": 0,
+    "gpus_per_worker": 1, "node_nic_gbps": 400.0,
+}  # fmt: skip
 DECODE_ADMISSIONS = ("fcfs", "replay")
 POLICY_KINDS = tuple(name for name, _ in POLICY_TABLE)  # the one table: kernels/layout.py
 CACHES = ("per_worker", "global")  # PolicySpec.cache
@@ -395,6 +398,13 @@ class ClusterSpec:
     handover: str = "mocker"
     nixl_descriptors_per_block: int = 0  # "vllm": reads posted per KV block (2 x layers; 0: no posting time)
     nixl_post_us: float = 2.4  # "vllm": CPU time to post one descriptor, microseconds
+    # nodes and links (kernels/links.py, docs/engine.md "Nodes and links"): with gpus_per_node > 0
+    # the workers are packed onto nodes in order (prefill first), gpus_per_worker GPUs each; a
+    # prefill_first transfer inside a node runs at transfer_gbps, one across nodes shares its
+    # prefill node's link of node_nic_gbps fairly with the others in flight on it
+    gpus_per_node: int = 0
+    gpus_per_worker: int = 1
+    node_nic_gbps: float = 400.0  # HGX B200: 8 x 400 Gb/s ConnectX-7
 
     def has_tiers(self) -> bool:
         return self.g2_blocks > 0 or self.g3_blocks > 0 or self.g4_blocks > 0
@@ -405,6 +415,20 @@ class ClusterSpec:
         if self.kv_bytes_per_token <= 0:
             return 0.0
         return self.kv_bytes_per_token * self.block_size / (gbps * 1e6)
+
+    def nodes(self) -> tuple[int, ...]:
+        """Each worker's node (prefill workers first), packed in order: a worker takes
+        gpus_per_worker GPUs of the current node, or starts the next one if they do not fit. Empty
+        without nodes (gpus_per_node = 0)."""
+        if self.gpus_per_node <= 0:
+            return ()
+        out, node, used = [], 0, 0
+        for _ in range(self.n_workers()):
+            if used + self.gpus_per_worker > self.gpus_per_node:
+                node, used = node + 1, 0
+            out.append(node)
+            used += self.gpus_per_worker
+        return tuple(out)
 
     def n_workers(self) -> int:
         return (0 if self.flow == "aggregated" else self.n_prefill) + self.n_decode
@@ -446,6 +470,20 @@ class ClusterSpec:
             )
         if not (self.nixl_post_us >= 0 and math.isfinite(self.nixl_post_us)):
             raise SpecError(f"{path}.nixl_post_us", f"must be a finite number >= 0, got {self.nixl_post_us}")
+        if self.gpus_per_node < 0:
+            raise SpecError(f"{path}.gpus_per_node", f"must be >= 0 (0: no nodes), got {self.gpus_per_node}")
+        if self.gpus_per_node > 0:
+            if self.flow != "prefill_first":
+                raise SpecError(f"{path}.gpus_per_node", f"nodes and links are prefill_first's; flow is {self.flow}")
+            if not 1 <= self.gpus_per_worker <= self.gpus_per_node:
+                raise SpecError(
+                    f"{path}.gpus_per_worker",
+                    f"must be between 1 and gpus_per_node ({self.gpus_per_node}), got {self.gpus_per_worker}",
+                )
+            if not (self.node_nic_gbps > 0 and math.isfinite(self.node_nic_gbps)):
+                raise SpecError(f"{path}.node_nic_gbps", f"must be a finite number > 0, got {self.node_nic_gbps}")
+            if self.kv_bytes_per_token <= 0:
+                raise SpecError(f"{path}.kv_bytes_per_token", "nodes and links need the bytes a transfer moves (> 0)")
         if self.flow != "aggregated" and self.n_prefill < 1:
             raise SpecError(f"{path}.n_prefill", f"needs at least one prefill worker, got {self.n_prefill}")
         if self.n_decode < 1:

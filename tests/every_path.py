@@ -1,7 +1,7 @@
 """Small cells that between them run every path of the kernels: each flow and policy, KV pressure
 (preemption), the transfer handshake, a sampled decode choice, the controller, the planner, the
 batch router, a global cache, an aiconfigurator table, lower tiers (G2, G3 and a shared G4),
-replayed traces, a modelled client and vLLM's handover. Shared by the tests that run the kernels
+replayed traces, a modelled client, vLLM's handover and shared links. Shared by the tests that run the kernels
 under another target or check
 (tests/test_engine.py: the CUDA simulator; tests/test_kernels_cpu.py: NUMBA_BOUNDSCHECK)."""
 
@@ -37,6 +37,7 @@ CASES = [
     ("prefill_first", "global+tiers", 10.0, 60, 0.0, 1.0, 30),
     ("prefill_first", "kv-client", 0.0, 60, 0.0, 1.0, 30),
     ("prefill_first", "kv-vllm", 0.0, 60, 0.0, 1.0, 30),
+    ("prefill_first", "kv-links", 0.0, 60, 0.0, 1.0, 30),
 ]
 # a controller that switches within the run; a decode router that chases overlap
 _POLICY = {
@@ -52,6 +53,7 @@ _POLICY = {
     "global+tiers": dict(kind="kv", cache="global"),
     "kv-client": dict(kind="kv"),
     "kv-vllm": dict(kind="kv"),
+    "kv-links": dict(kind="round_robin"),
 }
 # G1 + G2 + G3 on the prefill workers, small enough that blocks move down and back up
 _TIERS = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_token=2e5, tier_decay_ms=40.0)
@@ -59,8 +61,10 @@ _TIERS = dict(prefill_kv_blocks=40, g2_blocks=10, g3_blocks=60, kv_bytes_per_tok
 _TIERS4 = {**_TIERS, "g3_blocks": 4, "g4_blocks": 80, "g4_gbps": 2.0, "tier_decay_ms": 0.0}
 # vLLM's handover: reads posted at 160 descriptors a block, under KV pressure (preemption)
 _VLLM = {"handover": "vllm", "nixl_descriptors_per_block": 160, "max_seqs": 4}
+# two nodes (the prefill workers on one, the decode workers on the other) and a slow shared link
+_LINKS = {"gpus_per_node": 4, "gpus_per_worker": 2, "kv_bytes_per_token": 2e5, "node_nic_gbps": 2.0}
 _CLUSTER = {
-    "kv-vllm": _VLLM, "tiers": _TIERS, "tiers+g4": _TIERS4, "global+tiers": _TIERS,
+    "kv-vllm": _VLLM, "kv-links": _LINKS, "tiers": _TIERS, "tiers+g4": _TIERS4, "global+tiers": _TIERS,
     "kv-dynamo": {"router_blocks": "dynamo"},
 }  # fmt: skip
 
