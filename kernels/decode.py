@@ -290,7 +290,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             set_reserve(slot_i, r, s, pblk - pfx, bs)
             slot_i[r, s, SI_RESV] = RESV_HELD
             if vllm:  # it reads the blocks it does not hold, one descriptor per block and layer region
-                post += fp[F_NIXL_POST] * (pblk - hit)
+                top = full_blocks(ip, isl - 1)  # a local hit stops short of the prompt's last token
+                post += fp[F_NIXL_POST] * (pblk - (hit if hit < top else top))
             ready = t + post
             pw = np.int64(slot_i[r, s, SI_PW])
             if ip[P_LINKS] == 1 and node_of(ip, pw) != node_of(ip, d):  # over the prefill node's link
