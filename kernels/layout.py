@@ -156,6 +156,7 @@ POA_NONE = 0
 POA_ROUTER = 1  # Dynamo's router cost, F_POA_OMEGA * tokens / block size + blocks
 POA_STEP = 2  # the predicted first decode step, tabulated over whole block counts (the step table)
 POA_OBSERVED_STEP = 3  # priced as POA_STEP, the realized cost the observed TTFT after the decision
+POA_OBSERVED_CLIENT = 4  # priced as POA_STEP, the realized cost the request's whole TTFT (as its client saw it)
 POA_T_PREFILL = 0  # prefill_first's prefill choice: made at arrival, its load gone when the prefill ends
 POA_T_AFTER_PREFILL = 1  # prefill_first's decode choice: made as the prefill ends (windows in that
 #                          order), its load gone when the request ends

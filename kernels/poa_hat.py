@@ -56,6 +56,7 @@ from .layout import (
     P_POA_SLOTS,
     P_POA_TIMES,
     P_POA_WIN,
+    POA_OBSERVED_CLIENT,
     POA_OBSERVED_STEP,
     POA_T_AFTER_PREFILL,
     POA_T_PREFILL,
@@ -340,7 +341,7 @@ def build(jit, jit_inline=None):
         """A decision's realized cost: its price on the view the router recorded for the worker it
         chose (the router cost, or the tabulated step), or with `kind` POA_OBSERVED_STEP the
         latency observed after it (`seen`). NaN for a block count off the table."""
-        if kind == POA_OBSERVED_STEP:
+        if kind == POA_OBSERVED_STEP or kind == POA_OBSERVED_CLIENT:
             return seen
         if step.shape[0] > 0:
             b = max(blk, 0.0)
@@ -524,11 +525,14 @@ def build(jit, jit_inline=None):
                     f[wb + i * k + w] = cand[r, e, lo + w, 1]
                 arr = out_f[r, e, OF_ARR]
                 dec = out_f[r, e, OF_DDEC]
-                seen = out_f[r, e, OF_TTFT] - (dec - arr)  # the latency from the decision on
+                seen = out_f[r, e, OF_TTFT]  # the request's TTFT, as its client saw it (POA_OBSERVED_CLIENT)
+                if kind == POA_OBSERVED_STEP:
+                    seen -= dec - arr  # the latency from the decision on
                 cost = realized(kind, f[wt + i * k + c], f[wb + i * k + c], seen, omega, block_size, step)
                 f[real + wi * n + i] = cost
                 # a block count off the step table (an observed latency is taken as it is)
-                bad = bad or (kind != POA_OBSERVED_STEP and step.shape[0] > 0 and cost != cost)
+                observed = kind == POA_OBSERVED_STEP or kind == POA_OBSERVED_CLIENT
+                bad = bad or (not observed and step.shape[0] > 0 and cost != cost)
                 g[ch + i] = c
                 f[xt + i] = np.float64(out_i[r, e, f_xt])
                 f[xb + i] = np.float64(out_i[r, e, f_xb])

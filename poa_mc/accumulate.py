@@ -202,7 +202,7 @@ def poa_hat_sums(
         t_dec, rel_t, rel_b = decided, done, done
         # decode decisions come as prefills end, not in arrival order: windows follow them
         order = np.argsort(decided, axis=1, kind="stable")
-        if p.cost == "observed_step":  # the decision's observed latency starts when it is made
+        if p.cost == "observed_step" and p.seen_from == "decision":  # from the decision on
             obs = ttft - (decided - arrival)
     else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
         t_dec, rel_t, rel_b = arrival, arrival + ttft, done

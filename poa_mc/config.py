@@ -46,6 +46,7 @@ PLANNER_SUFFIX = " planner"  # the topology label of a split the Planner starts 
 POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
+POA_OBSERVED_FROM = ("decision", "client")
 SECTIONS = ("run", "profile", "workload", "client", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -91,6 +92,9 @@ class PoaSection:
     bootstrap: int = 1000
     stage: str = "auto"  # which routing decision PoA-hat is over (auto, prefill, decode)
     pricing: str = "slot"  # how OPT prices a worker's j-th request of a window (slot, frozen)
+    # the `observed` cost of a prefill_first decode decision: the latency from the decision on, or
+    # the request's whole TTFT as its client saw it (with [client]: from its creation)
+    observed_from: str = "decision"
 
     def slots_for(self, k: int) -> int:
         """Columns each of k workers gets in a window's assignment."""
@@ -197,6 +201,8 @@ class GridConfig:
         d.pop("traces")
         if not self.slo.is_set():
             d.pop("slo")  # a grid without [slo] keeps the fingerprint it had before [slo] existed
+        if self.poa.observed_from == "decision":
+            d["poa"].pop("observed_from")  # likewise the observed cost's default
         if not self.profile.table:  # likewise a profile without a timing table
             d["profile"].pop("table")
             d["profile"].pop("table_sha")
@@ -842,6 +848,7 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
             "bootstrap": (int, 1000),
             "stage": (str, "auto"),
             "pricing": (str, "slot"),
+            "observed_from": (str, "decision"),
         },
         "poa",
     )
@@ -855,6 +862,7 @@ def _parse_poa(doc: dict, policies: tuple[PolicySpec, ...]) -> PoaSection:
     _choice(f["cost"], POA_COSTS, "poa.cost")
     _choice(f["stage"], POA_STAGES, "poa.stage")
     _choice(f["pricing"], POA_PRICINGS, "poa.pricing")
+    _choice(f["observed_from"], POA_OBSERVED_FROM, "poa.observed_from")
     _positive(f["window"], "poa.window")
     _positive(f["slots"], "poa.slots", allow_zero=True)
     _positive(f["overlap_weight"], "poa.overlap_weight", allow_zero=True)

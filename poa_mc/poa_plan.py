@@ -48,6 +48,9 @@ class PoaPlan:
     freeze: bool
     pricing: str  # slot | frozen
     game: bool  # False: one candidate, or a planner moving workers (PoA-hat undefined)
+    # observed_step: the latency observed from the decision on ("decision"), or the whole TTFT
+    # its client saw ("client")
+    seen_from: str = "decision"
 
     @property
     def chosen(self) -> str:
@@ -65,7 +68,10 @@ class PoaPlan:
 
 def settings(poa: dict[str, Any]) -> str:
     """The [poa] settings PoA-hat's sums depend on (a canonical JSON string)."""
-    return json.dumps({k: poa.get(k) for k in POA_KEYS}, sort_keys=True)
+    keys = {k: poa.get(k) for k in POA_KEYS}
+    if poa.get("observed_from", "decision") != "decision":  # at its default, sums made before it match
+        keys["observed_from"] = poa["observed_from"]
+    return json.dumps(keys, sort_keys=True)
 
 
 def plan(spec: dict[str, Any], poa: dict[str, Any]) -> PoaPlan:
@@ -86,7 +92,7 @@ def plan(spec: dict[str, Any], poa: dict[str, Any]) -> PoaPlan:
     return PoaPlan(
         stage=stage, lo=lo, k=k, times=times, cost=cost, omega=omega, window=int(poa["window"]),
         slots=int(poa.get("slots", 0)), freeze=bool(poa.get("freeze", True)), pricing=poa.get("pricing", "slot"),
-        game=k >= 2 and not spec.get("planner"),
+        game=k >= 2 and not spec.get("planner"), seen_from=poa.get("observed_from", "decision"),
     )  # fmt: skip
 
 
@@ -116,7 +122,8 @@ def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict
         profile = ProfileSpec(**spec["profile"])
         step = predicted_step_ms(blocks, profile, int(cluster.decode_kv_blocks), int(cluster.block_size))
     ip = {
-        L.P_POA: _KINDS[p.cost], L.P_POA_WIN: p.window, L.P_POA_SLOTS: slots, L.P_POA_LO: p.lo,
+        L.P_POA: L.POA_OBSERVED_CLIENT if p.cost == "observed_step" and p.seen_from == "client" else _KINDS[p.cost],
+        L.P_POA_WIN: p.window, L.P_POA_SLOTS: slots, L.P_POA_LO: p.lo,
         L.P_POA_K: p.k, L.P_POA_TIMES: _TIMES[p.times],
     }  # fmt: skip
     return ip, p.omega, np.ascontiguousarray(step, dtype=np.float64)

@@ -494,7 +494,9 @@ def _poa_frame(
                 "selfish_policy": selfish,
                 "social_cost_kind": poa["social_cost"],
                 "poa_stage": s["poa_stage"],
-                "poa_cost": poa.get("cost", "router"),
+                # the observed cost from the client's creation of each request is said so
+                "poa_cost": poa.get("cost", "router")
+                + (" (client)" if poa.get("observed_from") == "client" and poa.get("cost") == "observed" else ""),
                 "poa_pricing": poa.get("pricing", "slot"),
                 "poa_hat": s["poa_hat"],
                 "poa_hat_lo": s["poa_hat_lo"],

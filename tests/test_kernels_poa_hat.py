@@ -111,6 +111,27 @@ def _cell(flow="prefill_first", n_p=1, n_d=3, concurrency=24, **policy):
     )  # fmt: skip
 
 
+def _client_cell():
+    """A pool of 16 connections for 24 clients, 0.5 ms away: TTFT as the client sees it."""
+    import dataclasses
+
+    from poa_mc.spec import ClientSpec
+
+    spec = _cell()
+    client = ClientSpec(max_connections=16, overhead_ms=0.5)
+    return dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, client=client))
+
+
+def test_the_observed_cost_from_the_client_prices_its_waits_too():
+    """The same decisions priced by the whole TTFT its client saw (pool wait included) cost more
+    than by the latency from the decision on; OPT is priced the same way in both."""
+    spec = _client_cell()
+    client, _ = _sums(spec, {"window": 8, "cost": "observed", "observed_from": "client"}, True)
+    decision, _ = _sums(spec, {"window": 8, "cost": "observed"}, True)
+    np.testing.assert_array_equal(client["poa_opt"], decision["poa_opt"])
+    assert (client["poa_actual"] > decision["poa_actual"]).all()
+
+
 def _sums(spec, settings, kernels: bool):
     """The cell's accumulators through the engine's streamed reduction, with the kernels working
     PoA-hat out (kernels) or the host, and what the kernels handed the host."""
@@ -135,6 +156,7 @@ CASES = {  # (cell, [poa]): each decision's times, each price, each solver
     "decode-after-prefill-flow": (_cell(), {"window": 8}),
     "decode-step": (_cell(), {"window": 8, "cost": "ttft"}),
     "observed-step": (_cell(), {"window": 8, "cost": "observed"}),
+    "observed-client": (_client_cell(), {"window": 8, "cost": "observed", "observed_from": "client"}),
     "few-slots": (_cell(), {"window": 16, "slots": 8}),
     "decode-token-weight": (_cell(n_p=2, n_d=2, decode_overlap_weight=0.5), {"window": 8}),
     "prefill": (_cell(n_p=2, n_d=2), {"window": 8, "stage": "prefill"}),
