@@ -9,6 +9,7 @@ at C = 64, 128 and 512, how far the router settings spread TTFT P99 below and ab
 what the controller changes against the static router (TTFT P99 and PoA-hat) at C = 128 and 512.
 
     python bench/paper_hypotheses.py --out /tmp/hyp [--only 70b-1p5d] [--variants stack vllm ...] [--json F]
+    python bench/paper_hypotheses.py --out /tmp/hyp --plot docs/img/paper-hypotheses.png   (from runs made)
 
 Variants (every value from docs/sources.md; none fitted to the paper):
   stack       the released stack alone: Dynamo's mocker handover, no nodes (the presets before the
@@ -17,6 +18,7 @@ Variants (every value from docs/sources.md; none fitted to the paper):
   preset      + nodes and links (3 HGX B200 nodes): the presets as shipped
   pool100     preset + a client pool of 100 connections (aiohttp's and httpx's default)
   pool2500    preset + AIPerf's default pool of 2,500
+  pool100c    pool100, PoA-hat's observed cost from the client's TTFT ([poa] observed_from = "client")
   stack+pool  stack + the pool of 100 (the pool alone)
 """
 
@@ -35,13 +37,16 @@ import polars as pl
 PRESETS = ("paper-70b-1p5d", "paper-70b-1p2d", "paper-340b-1p2d")
 KEEP = ("dynamo-default", "kv-t0.7-w1", "kv-t1-w0.1", "adaptive")
 _MOCKER = {"handover": '"mocker"', "gpus_per_node": "0"}
-VARIANTS: dict[str, tuple[dict[str, str], str]] = {
-    "stack": (_MOCKER, ""),
-    "vllm": ({"gpus_per_node": "0"}, ""),
-    "preset": ({}, ""),
-    "pool100": ({}, "\n[client]\nmax_connections = 100\n"),
-    "pool2500": ({}, "\n[client]\nmax_connections = 2500\n"),
-    "stack+pool": (_MOCKER, "\n[client]\nmax_connections = 100\n"),
+_POOL = "\n[client]\nmax_connections = 100\n"
+_CLIENT_POA = 'observed_from = "client"'
+VARIANTS: dict[str, tuple[dict[str, str], str, str]] = {  # cluster keys, tables added, [poa] key
+    "stack": (_MOCKER, "", ""),
+    "vllm": ({"gpus_per_node": "0"}, "", ""),
+    "preset": ({}, "", ""),
+    "pool100": ({}, _POOL, ""),
+    "pool100c": ({}, _POOL, _CLIENT_POA),
+    "pool2500": ({}, "\n[client]\nmax_connections = 2500\n", ""),
+    "stack+pool": (_MOCKER, _POOL, ""),
 }
 
 
@@ -59,12 +64,14 @@ def variant_grid(preset: str, variant: str) -> str:
     tail_at = blocks[-1].find("\n[controller]")
     tail, blocks[-1] = blocks[-1][tail_at:], blocks[-1][:tail_at] + "\n"
     kept = [b for b in blocks if re.search(r'name = "([^"]+)"', b).group(1) in KEEP]
-    keys, extra = VARIANTS[variant]
+    keys, extra, poa_key = VARIANTS[variant]
     for key, value in keys.items():
         head, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", head)
         if not n:
             head = head.replace("[cluster]\n", f"[cluster]\n{key} = {value}\n", 1)
     head = head.replace(f'name = "{preset}"', f'name = "{preset}-{variant}"')
+    if poa_key:
+        tail = tail.replace("\n[poa]\n", f"\n[poa]\n{poa_key}\n", 1)
     return head + "".join("[[policy]]" + b for b in kept) + tail + extra
 
 
@@ -96,13 +103,59 @@ def fingerprints(out: Path) -> dict:
     return row
 
 
+def plot(out: Path, png: Path) -> None:
+    """Mean TTFT over load (left) and PoA-hat (right) of the static router on 70B 1P/5D, 70B 1P/2D
+    and 340B 1P/2D, as shipped and with a client pool of 100, beside the paper's knee (96, 128]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.6))
+    styles = {"preset": "-", "pool100": "--", "pool100c": ":"}
+    colors = dict(zip(PRESETS, ("tab:blue", "tab:orange", "tab:green")))
+    for preset in PRESETS:
+        for variant, ls in styles.items():
+            run = out / f"{preset}-{variant}" / "run"
+            if not (run / "summary.parquet").exists():
+                continue
+            label = f"{preset.removeprefix('paper-')} {variant}"
+            s = (
+                pl.read_parquet(run / "summary.parquet")
+                .filter(pl.col("policy") == "dynamo-default")
+                .sort("concurrency")
+            )
+            if variant != "pool100c":
+                ax.plot(s["concurrency"], s["ttft_mean_ms"], ls, color=colors[preset], marker=".", label=label)
+            p = pl.read_parquet(run / "poa.parquet").sort("concurrency")
+            bx.plot(p["concurrency"], p["poa_hat"], ls, color=colors[preset], marker=".", label=label)
+    for a in (ax, bx):
+        a.axvspan(96, 128, color="grey", alpha=0.2, label="the paper's knee, C in (96, 128]")
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        a.set_xlabel("concurrency C (closed loop)")
+        a.grid(True, which="both", alpha=0.3)
+    ax.set_ylabel("mean TTFT as the client sees it, ms")
+    ax.set_title("static router: TTFT (a pool of 100: dashed)")
+    bx.set_ylabel("PoA-hat, observed flavour")
+    bx.set_title("PoA-hat (observed from the decision; dotted: from the client)")
+    bx.axhspan(200, 309, color="red", alpha=0.1, label="the paper's explosion, 200-309")
+    bx.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="*", default=None, help="presets (without 'paper-')")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, help="draw the runs already in --out into this PNG, run nothing")
     a = ap.parse_args(argv)
+    if a.plot:
+        plot(a.out, a.plot)
+        return 0
     presets = [p for p in PRESETS if a.only is None or p.removeprefix("paper-") in a.only]
     rows = []
     for preset in presets:
