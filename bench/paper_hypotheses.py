@@ -86,9 +86,10 @@ def fingerprints(out: Path) -> dict:
         "knee_hi": None if knee is None or knee != knee else round(float(static["knee_hi"][0]), 1),
         "regimes": sorted(set(static["regime"].to_list())),
     }
-    ph = {int(c): v for c, v in zip(poa["concurrency"], poa["poa_hat"])}
     for c in (64, 128, 512):
-        row[f"poa_hat_{c}"] = round(ph[c], 2) if c in ph and ph[c] == ph[c] else None
+        at = poa.filter(pl.col("concurrency") == c)
+        v, lo, hi = (float(at[k][0]) if len(at) else float("nan") for k in ("poa_hat", "poa_hat_lo", "poa_hat_hi"))
+        row[f"poa_hat_{c}"] = [round(v, 2), round(lo, 2), round(hi, 2)] if v == v else None
     for c in (64, 512):
         at = s.filter(pl.col("concurrency") == c)
         p99 = at.filter(pl.col("policy") != "adaptive")["ttft_p99_ms"]
@@ -97,9 +98,13 @@ def fingerprints(out: Path) -> dict:
         row[f"rps_{c}"] = round(float(at.filter(pl.col("policy") == "dynamo-default")["throughput_rps"][0]), 1)
     for c in (128, 512):
         at = s.filter(pl.col("concurrency") == c)
-        base = float(at.filter(pl.col("policy") == "dynamo-default")["ttft_p99_ms"][0])
-        ctl = float(at.filter(pl.col("policy") == "adaptive")["ttft_p99_ms"][0])
-        row[f"ctl_p99_gain_{c}"] = round(base / ctl, 2)  # > 1: the controller's P99 is lower
+        base = at.filter(pl.col("policy") == "dynamo-default")
+        ctl = at.filter(pl.col("policy") == "adaptive")
+        row[f"ctl_p99_gain_{c}"] = round(float(base["ttft_p99_ms"][0] / ctl["ttft_p99_ms"][0]), 2)  # > 1: lower
+        row[f"ctl_p99_{c}"] = [round(float(ctl[k][0]), 1) for k in ("ttft_p99_ms", "ttft_p99_ms_lo", "ttft_p99_ms_hi")]
+        row[f"static_p99_{c}"] = [
+            round(float(base[k][0]), 1) for k in ("ttft_p99_ms", "ttft_p99_ms_lo", "ttft_p99_ms_hi")
+        ]
     return row
 
 
@@ -152,9 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="draw the runs already in --out into this PNG, run nothing")
+    ap.add_argument("--table", action="store_true", help="print the rows of the runs already in --out, run nothing")
     a = ap.parse_args(argv)
     if a.plot:
         plot(a.out, a.plot)
+        return 0
+    if a.table:
+        for preset in PRESETS:
+            for variant in a.variants:
+                run = a.out / f"{preset}-{variant}" / "run"
+                if (run / "poa.parquet").exists():
+                    print(json.dumps({"preset": preset, "variant": variant, **fingerprints(run)}))
         return 0
     presets = [p for p in PRESETS if a.only is None or p.removeprefix("paper-") in a.only]
     rows = []
