@@ -19,7 +19,7 @@ Variants (every value from docs/sources.md; none fitted to the paper):
   pool100     preset + a client pool of 100 connections (aiohttp's and httpx's default)
   pool2500    preset + AIPerf's default pool of 2,500
   pool100c    pool100, PoA-hat's observed cost from the client's TTFT ([poa] observed_from = "client")
-  stack+pool  stack + the pool of 100 (the pool alone)
+  stack-pool  stack + the pool of 100 (the pool alone)
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ VARIANTS: dict[str, tuple[dict[str, str], str, str]] = {  # cluster keys, tables
     "pool100": ({}, _POOL, ""),
     "pool100c": ({}, _POOL, _CLIENT_POA),
     "pool2500": ({}, "\n[client]\nmax_connections = 2500\n", ""),
-    "stack+pool": (_MOCKER, _POOL, ""),
+    "stack-pool": (_MOCKER, _POOL, ""),
 }
 
 

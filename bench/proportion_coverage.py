@@ -18,9 +18,7 @@ def main() -> None:
         a, b = p * (1 - icc) / icc, (1 - p) * (1 - icc) / icc
         events = rng.binomial(n, rng.beta(a, b, size=(cells, reps))).astype(float)
         trials = np.full(reps, float(n))
-        covered = sum(
-            (lambda e: e.lo <= p <= e.hi)(proportion_interval(events[c], trials)) for c in range(cells)
-        )
+        covered = sum((lambda e: e.lo <= p <= e.hi)(proportion_interval(events[c], trials)) for c in range(cells))
         print(f"p {p}, {reps} replicas: covers {covered / cells:.3f}")
 
 

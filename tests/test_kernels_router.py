@@ -132,3 +132,16 @@ def test_round_robin_rotates_the_decode_workers_of_prefill_first_too():
         np.testing.assert_array_equal(dw, (dw[0] + np.arange(len(dw))) % 3)
         pw = s["prefill_worker"][r][np.argsort(s["seq"][r])]
         np.testing.assert_array_equal(pw, (pw[0] + np.arange(len(pw))) % 2)
+
+
+def test_a_decode_worker_never_chosen_is_scored_by_its_real_load_as_dynamo_0_9_0_does():
+    """Dynamo 0.9.0's selector charges `unwrap_or(isl)` only to a worker its slot tracker has no
+    state for; the tracker queries every registered worker, so one that has had no request yet is
+    scored by its real load, 0 blocks, and is the least loaded (docs/sources.md, "The paper's
+    stack as released"): no starvation of idle decode workers."""
+    wk_i = np.zeros((1, 4, NWI), dtype=np.int32)
+    rep_i = np.zeros((1, 40), dtype=np.int64)
+    wk_i[0, 1, WI_AB] = 24  # decode workers 1..3 (worker 0 prefills): two busy, worker 3 never chosen
+    wk_i[0, 2, WI_AB] = 8
+    for key in range(5):  # whatever the tie draws
+        assert R.fewest_blocks(wk_i, rep_i, 0, np.uint64(key), 1, 3, -1, 0) == 3
