@@ -79,7 +79,8 @@ def test_kernels_never_index_with_a_negative_number(tmp_path):
         specs = [spec for *_, spec in cells()] + [spec for _, spec in trace_cells()]
         solved = 0
         for spec in specs:
-            for poa in ({"window": 4}, {"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"}):
+            for poa in ({"window": 4}, {"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"},
+                        {"window": 4, "cost": "observed", "observed_from": "client"}):
                 made = []
                 def red(c, rep, lg, d=dataclasses.asdict(spec), p=poa):
                     made.append(c.get("poa_kernel"))
@@ -95,8 +96,8 @@ def test_kernels_never_index_with_a_negative_number(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_BOUNDSCHECK": "1"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1200, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    # 22 cells, each build and the PoA-hat pass compiled here, most cells' windows solved there
-    assert out.stdout.split() == ["22", "3", "True"], out.stdout
+    # 25 cells, each build and the PoA-hat pass compiled here, most cells' windows solved there
+    assert out.stdout.split() == ["25", "3", "True"], out.stdout
 
 
 def test_plain_indices_apply_while_the_kernels_compile_only():
