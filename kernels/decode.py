@@ -70,6 +70,7 @@ from .layout import (
     SF_SRV,
     SF_SVC,
     SF_TPF,
+    SF_XFER,
     SI_ADMSEQ,
     SI_APT,
     SI_CACHED,
@@ -296,10 +297,11 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             pw = np.int64(slot_i[r, s, SI_PW])
             if ip[P_LINKS] == 1 and node_of(ip, pw) != node_of(ip, d):  # over the prefill node's link
                 nbytes = fp[F_KV_BYTES] * isl
-                ready = link_start(ip, fp, slot_i, slot_f, rep_f, r, s, node_of(ip, pw), t + post, nbytes)
+                ready = link_start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, node_of(ip, pw), t + post, nbytes)
             elif fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
                 ready = t + post + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
             slot_f[r, s, SF_READY] = ready
+            slot_f[r, s, SF_XFER] = t + post  # the transfer's start: its time once the KV arrived
             if ready < first_ready:
                 first_ready = ready
         return first_ready, np.int64(0), post
@@ -409,7 +411,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 if blocked and replay:
                     break
                 if ip[P_LINKS] == 1:
-                    link_done(ip, fp, slot_i, slot_f, rep_f, r, s, t)
+                    link_done(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, t)
+                slot_f[r, s, SF_XFER] = slot_f[r, s, SF_READY] - slot_f[r, s, SF_XFER]
                 # the KV has arrived: the prefill worker lets go of its copy
                 pw = cache_row(ip, np.int64(slot_i[r, s, SI_PW]))
                 isl = np.int64(slot_i[r, s, SI_ISL])

@@ -375,7 +375,8 @@ SF_SRV = 8  # client (P_CLIENT): arrival at the frontend (due time while in tran
 #            client's creation of the request, from which TTFT and E2E are measured, as a client sees them
 SF_KV = 9  # HANDOVER_VLLM, while RESV_SEEN: when its KV arrived (SF_READY is then the admission's earliest time)
 SF_REM = 10  # P_LINKS: bytes of its transfer left as of its link's clock
-NSF = 11
+SF_XFER = 11  # prefill_first: its KV transfer's start (from the reservation, after posting), then its time, ms
+NSF = 12
 
 # ---- per-worker integers ----
 WI_APT = 0  # router: active prefill tokens
@@ -494,7 +495,8 @@ RF_PL_SG = 22  # planner: inter-token time summed over RI_PL_NG gaps, ms
 RF_TTAU = 23  # trace, timestamps replay: the replica's time offset into the trace, trace ms
 RF_INFL = 24  # requests in flight x time over the measurement window, ms (closed at RF_INFL_T)
 RF_INFL_T = 25  # when the in-flight count last changed
-NRF = 26
+RF_LINK = 26  # P_LINKS: the links' time with a transfer on them, summed over links, ms (measurement window)
+NRF = 27
 
 # ---- outputs ----
 OF_ARR = 0
@@ -506,7 +508,8 @@ OF_DWAIT = 5
 OF_DDEC = 6  # when the decode worker was chosen (arrival, or prefill end in prefill_first)
 OF_ONB = 7  # tiers: SF_ONB
 OF_CWAIT = 8  # client: from the client's creation of the request to its arrival at the frontend (pool wait + overhead)
-NOF = 9
+OF_XFER = 9  # prefill_first: its KV transfer, from its start (reads posted) to the KV's arrival, ms
+NOF = 10
 
 OI_SEQ = 0
 OI_ISL = 1

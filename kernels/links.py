@@ -16,7 +16,8 @@ boundary either way). A transfer leaves the link when its decode worker takes it
 (`done`), after advancing it to that moment.
 
 State: slot_i[SI_LINK] = link + 1 while on a link (0: none), slot_f[SF_REM] its bytes left as of the
-link's clock, rep_f[ip[P_LINK_F] + link] the link's clock (ms).
+link's clock, rep_f[ip[P_LINK_F] + link] the link's clock (ms). rep_f[RF_LINK] adds up the time
+each link carried a transfer over the measurement window (summary.parquet's link_util).
 """
 
 import numpy as np
@@ -28,6 +29,7 @@ from .layout import (
     NP_I,
     P_LINK_F,
     P_S,
+    RF_LINK,
     SF_READY,
     SF_REM,
     SI_LINK,
@@ -36,13 +38,15 @@ from .layout import (
 _DONE_BYTES = 1.0  # a transfer with at most this much left has finished (float rounding)
 
 
-def build(jit):
+def build(jit, meters):
+    integrate = meters.integrate
+
     @jit
     def node_of(ip, w):
         return ip[NP_I + w]
 
     @jit
-    def advance(ip, fp, slot_i, slot_f, rep_f, r, link, t):
+    def advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t):
         """Move link's clock to t: its transfers share the bandwidth, the ones that finish leave."""
         bw = fp[F_NIC_GBPS] * 1e6  # bytes per ms
         clock = rep_f[r, ip[P_LINK_F] + link]
@@ -62,14 +66,16 @@ def build(jit):
                 if np.int64(slot_i[r, s, SI_LINK]) == link + 1 and slot_f[r, s, SF_REM] > 0.0:
                     left = slot_f[r, s, SF_REM] - step
                     slot_f[r, s, SF_REM] = left if left > _DONE_BYTES else 0.0
-            clock = clock + dt if clock + dt <= t else t
+            end = clock + dt if clock + dt <= t else t
+            integrate(ip, rep_i, rep_f, r, RF_LINK, clock, end, 1.0)  # the link carried a transfer
+            clock = end
         rep_f[r, ip[P_LINK_F] + link] = t
 
     @jit
-    def start(ip, fp, slot_i, slot_f, rep_f, r, s, link, t, nbytes):
+    def start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes):
         """Transfer s of nbytes joins link at t; every transfer's on it SF_READY is rewritten (the
         link's latency after its last byte). Returns s's."""
-        advance(ip, fp, slot_i, slot_f, rep_f, r, link, t)
+        advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t)
         slot_i[r, s, SI_LINK] = link + 1
         slot_f[r, s, SF_REM] = nbytes if nbytes > _DONE_BYTES else _DONE_BYTES + 1.0
         bw = fp[F_NIC_GBPS] * 1e6
@@ -99,12 +105,12 @@ def build(jit):
         return slot_f[r, s, SF_READY]
 
     @jit
-    def done(ip, fp, slot_i, slot_f, rep_f, r, s, t):
+    def done(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, t):
         """Transfer s's decode worker takes it over at t (its KV arrived): it leaves its link."""
         link = np.int64(slot_i[r, s, SI_LINK]) - 1
         if link < 0:
             return
-        advance(ip, fp, slot_i, slot_f, rep_f, r, link, t)
+        advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t)
         slot_i[r, s, SI_LINK] = 0
         slot_f[r, s, SF_REM] = 0.0
 

@@ -26,6 +26,7 @@ from .layout import (
     OF_ONB,
     OF_PWAIT,
     OF_TTFT,
+    OF_XFER,
     OI_CACHED,
     OI_DONE,
     OI_DW,
@@ -80,6 +81,7 @@ from .layout import (
     SF_SVC,
     SF_TPF,
     SF_TWAIT,
+    SF_XFER,
     SI_ABP,
     SI_ADMIT,
     SI_APT,
@@ -233,6 +235,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client
         slot_i[r, s, SI_H3] = 0
         slot_i[r, s, SI_H4] = 0
         slot_f[r, s, SF_ONB] = 0.0
+        slot_f[r, s, SF_XFER] = 0.0
         meas = seq - ip[P_WARM]
         if meas < 0 or meas >= ip[P_N]:
             meas = -1
@@ -282,6 +285,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client
             # server's part starts at its arrival at the frontend
             srv = slot_f[r, s, SF_SRV] if ip[P_CLIENT] == 1 else arr
             out_f[r, meas, OF_CWAIT] = srv - arr
+            out_f[r, meas, OF_XFER] = slot_f[r, s, SF_XFER]
             # a fully cached prompt is never scheduled in a prefill pass: it waited for no prefill
             tpf = slot_f[r, s, SF_TPF]
             out_f[r, meas, OF_PWAIT] = tpf - srv if tpf >= 0.0 else 0.0

@@ -57,7 +57,7 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     bl = blocks.build(jit, jit_inline)
     cl = client.build(jit, mt, jit_inline)
     rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, jit_inline)
-    lk = links.build(jit)
+    lk = links.build(jit, mt)
     dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, lk, jit_inline)
     plc = placement.build(jit, r, c, ro, ctl, tm, qu, bl, dc, jit_inline)
     b = batch.build(jit, ro, qu, dc, plc)

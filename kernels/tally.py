@@ -35,6 +35,7 @@ from .layout import (
     OF_ONB,
     OF_PWAIT,
     OF_TTFT,
+    OF_XFER,
     OI_CACHED,
     OI_H2,
     OI_H3,
@@ -53,10 +54,10 @@ TF_MIN = 5  # exact minimum of TTFT, E2E, ITL (5, 6, 7; ITL over osl > 1, +inf i
 TF_MAX = 8  # exact maximum of TTFT, E2E, ITL (8, 9, 10; -inf if none)
 TF_FIRST_ARR = 11  # the first measured arrival, ms
 TF_LAST_ARR = 12  # the last measured arrival, ms
-TF_SUM = 13  # sums of SUMMED's fields, in its order (13 .. 24)
+TF_SUM = 13  # sums of SUMMED's fields, in its order (13 .. 25)
 SUMMED = (
     "ttft_ms", "e2e_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl", "prompt_blocks", "cached_blocks",
-    "cached_g2", "cached_g3", "cached_g4", "client_wait_ms",
+    "cached_g2", "cached_g3", "cached_g4", "client_wait_ms", "transfer_ms",
 )  # fmt: skip
 TF_BATCH = TF_SUM + len(SUMMED)  # TTFT summed over each of NB_BATCH batches of the measured requests
 NB_BATCH = 16  # batch b holds rows i with i * NB_BATCH // n == b (arrival order): the warm-up check's series
@@ -95,7 +96,8 @@ def build(jit, jit_inline=None):
 
     @jit_inline
     def tally_one(
-        fp, edges, tally_f, tally_h, r, b, arr, ttft, e2e, itl, pwait, dwait, onb, osl, pblk, cached, g2, g3, g4, cwait
+        fp, edges, tally_f, tally_h, r, b, arr, ttft, e2e, itl, pwait, dwait, onb, osl, pblk, cached, g2, g3, g4, cwait,
+        xfer,
     ):  # fmt: skip
         """One measured request, of batch b (TF_BATCH), into replica r's tally (its fields as the
         kernels write them)."""
@@ -114,6 +116,7 @@ def build(jit, jit_inline=None):
         tally_f[r, TF_SUM + 9] += g3
         tally_f[r, TF_SUM + 10] += g4
         tally_f[r, TF_SUM + 11] += cwait
+        tally_f[r, TF_SUM + 12] += xfer
         tally_f[r, TF_SUM_ITL_GAPS] += itl * gaps
         tally_f[r, TF_SUM_GAPS] += gaps
         if arr < tally_f[r, TF_FIRST_ARR]:
@@ -169,13 +172,13 @@ def build(jit, jit_inline=None):
                 out_f[r, i, OF_ITL], out_f[r, i, OF_PWAIT], out_f[r, i, OF_DWAIT], out_f[r, i, OF_ONB],
                 np.float64(out_i[r, i, OI_OSL]), np.float64(out_i[r, i, OI_PBLK]), np.float64(out_i[r, i, OI_CACHED]),
                 np.float64(out_i[r, i, OI_H2]), np.float64(out_i[r, i, OI_H3]), np.float64(out_i[r, i, OI_H4]),
-                out_f[r, i, OF_CWAIT],
+                out_f[r, i, OF_CWAIT], out_f[r, i, OF_XFER],
             )  # fmt: skip
 
     @jit
     def tally_columns(fp, edges, cols, tally_f, tally_h):
-        """The tallies of R replicas from their requests' columns, cols (14, R, N) float64 in the
-        order of tally_one's fields (arrival .. client wait); tally_f and tally_h as in the module table."""
+        """The tallies of R replicas from their requests' columns, cols (15, R, N) float64 in the
+        order of tally_one's fields (arrival .. transfer); tally_f and tally_h as in the module table."""
         n = cols.shape[2]
         for r in range(cols.shape[1]):
             start(fp, tally_f, r)
@@ -184,7 +187,7 @@ def build(jit, jit_inline=None):
                     fp, edges, tally_f, tally_h, r, (i * NB_BATCH) // n, cols[0, r, i], cols[1, r, i], cols[2, r, i],
                     cols[3, r, i],
                     cols[4, r, i], cols[5, r, i], cols[6, r, i], cols[7, r, i], cols[8, r, i], cols[9, r, i],
-                    cols[10, r, i], cols[11, r, i], cols[12, r, i], cols[13, r, i],
+                    cols[10, r, i], cols[11, r, i], cols[12, r, i], cols[13, r, i], cols[14, r, i],
                 )  # fmt: skip
 
     return Namespace(

@@ -123,7 +123,8 @@ def accumulate(
 
 # the request fields a tally reads, in the order of kernels/tally.py's tally_one
 TALLIED = ("arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "osl",
-           "prompt_blocks", "cached_blocks", "cached_g2", "cached_g3", "cached_g4", "client_wait_ms")  # fmt: skip
+           "prompt_blocks", "cached_blocks", "cached_g2", "cached_g3", "cached_g4", "client_wait_ms",
+           "transfer_ms")  # fmt: skip
 _TALLY_CHUNK = 64  # replicas whose columns are stacked at a time for the host's tally
 
 

@@ -31,6 +31,7 @@ each replica in arrival order (the first `warmup` arrivals of each replica are d
     onboard_ms     float64 the copy of lower-tier hits to G1 its first prefill pass waited for
     client_wait_ms float64 with a [client]: its creation -> its arrival at the frontend (connection
                            pool wait + overhead; arrival, TTFT and E2E then run from the creation)
+    transfer_ms    float64 prefill_first: its KV transfer, from its reads' start to the KV's arrival (0 otherwise)
     prefill_worker int32   worker index (0-based among prefill workers), -1 if prefilled locally
     decode_worker  int32   0-based among decode workers
 SimResult.candidates (only with record_candidates): the router's view at each routing decision,
@@ -91,12 +92,13 @@ _PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EX
 
 SAMPLE_FLOAT_FIELDS = (
     "arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "client_wait_ms",
+    "transfer_ms",
 )  # fmt: skip
 SAMPLE_INT_FIELDS = (
     "seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker", "cached_g2",
     "cached_g3", "cached_g4",
 )  # fmt: skip
-_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB, L.OF_CWAIT)
+_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB, L.OF_CWAIT, L.OF_XFER)
 _OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3, L.OI_H4)
 _ADDED = {
     "prefill_added_tokens": L.OI_PADD_T,
@@ -171,6 +173,7 @@ _INTEGRALS = {
     "decode_busy_ms": L.RF_DBUSY,
     "decode_batch_ms": L.RF_DBATCH,
     "decode_kv_block_ms": L.RF_DKV,
+    "link_busy_ms": L.RF_LINK,
 }
 
 

@@ -100,6 +100,10 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
         wait = t_interval(mean("client_wait_ms"))
         _put(row, "client_wait_mean_ms", replace(wait, lo=max(wait.lo, 0.0)))
         _put(row, "server_ttft_mean_ms", t_interval(mean("ttft_ms") - mean("client_wait_ms")))
+    if spec.get("cluster", {}).get("flow") == "prefill_first" and "sum_transfer_ms" in acc:
+        # from the reads' start to the KV's arrival: per decode worker, samples.parquet's transfer_ms
+        xfer = t_interval(mean("transfer_ms"))
+        _put(row, "transfer_mean_ms", replace(xfer, lo=max(xfer.lo, 0.0)))
 
     open_loop = spec.get("workload", {}).get("arrival", "closed") != "closed"
     num, den = _request_rate(acc, n, open_loop=open_loop)
@@ -248,6 +252,13 @@ def _worker_stats(row: dict[str, Any], acc: dict[str, np.ndarray], spec: dict) -
     _put(row, "decode_batch_mean", t_interval(col["decode_batch_ms"] / (span * n_d)))
     cap = float(cluster["decode_kv_blocks"])
     _put(row, "kv_occupancy_mean", t_interval(col["decode_kv_block_ms"] / (span * n_d * cap)))
+    if int(cluster.get("gpus_per_node", 0)) > 0 and "replica_link_busy_ms" in acc:
+        # nodes and links (kernels/links.py): the share of time the prefill nodes' links carry a
+        # transfer (a shared link runs at full rate whenever one is on it)
+        nodes = ClusterSpec(**cluster).nodes()
+        senders = {nodes[w] for w in range(n_p) if any(nodes[d] != nodes[w] for d in range(n_p, n_p + n_d))}
+        if senders:
+            _put(row, "link_util", t_interval(acc["replica_link_busy_ms"] / (span * len(senders))))
 
 
 def samples_to_columns(df: pl.DataFrame) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ def _cell(handover: str, clients: int, osl: int, max_seqs: int = 256) -> CellSpe
 
 def _first_two(spec: CellSpec) -> dict[str, np.ndarray]:
     s = simulate(spec, replicas=1, requests=2, warmup=0, seed=1, stream=0, drain=True).samples
-    return {k: s[k][0] for k in ("ttft_ms", "e2e_ms", "decode_wait_ms")}
+    return {k: s[k][0] for k in ("ttft_ms", "e2e_ms", "decode_wait_ms", "transfer_ms")}
 
 
 def test_an_idle_decode_worker():
@@ -47,6 +47,7 @@ def test_an_idle_decode_worker():
     np.testing.assert_allclose(vllm["ttft_ms"], 20.96)
     np.testing.assert_allclose(vllm["e2e_ms"], 28.96)
     np.testing.assert_allclose(vllm["decode_wait_ms"], 1.0)  # from the KV's arrival to the admission
+    np.testing.assert_allclose(vllm["transfer_ms"], 5.0)  # from the reads' start: the wire time
 
 
 def test_a_busy_decode_worker_sees_the_kv_at_a_step_boundary_and_admits_it_a_step_later():

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from poa_mc.kernels import cpu
-from poa_mc.kernels.layout import F_NIC_GBPS, F_XFER_LAT, NF_P, NP_I, NSF, NSI, P_LINK_F, P_S, SF_READY, SF_REM, SI_LINK
+from poa_mc.kernels.layout import (
+    F_NIC_GBPS, F_XFER_LAT, NF_P, NP_I, NRF, NRI, NSF, NSI, P_LINK_F, P_S, RF_LINK, RI_SEQ, SF_READY, SF_REM, SI_LINK,
+)  # fmt: skip
 
 from poa_mc.engine import simulate
 from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
@@ -32,32 +34,35 @@ def test_the_paper_placements_on_hgx_b200_nodes():
 def _link_state(slots: int):
     ip = np.zeros(NP_I, dtype=np.int64)
     ip[P_S] = slots
-    ip[P_LINK_F] = 0
     fp = np.zeros(NF_P)
     fp[F_NIC_GBPS] = 1.0  # 1e6 bytes per ms
     fp[F_XFER_LAT] = 0.5
     slot_i = np.zeros((1, slots, NSI), dtype=np.int32)
     slot_f = np.zeros((1, slots, NSF))
-    rep_f = np.zeros((1, 2))
-    return ip, fp, slot_i, slot_f, rep_f
+    rep_f = np.zeros((1, NRF + 2))
+    ip[P_LINK_F] = NRF  # the links' clocks after the replica's fields
+    rep_i = np.zeros((1, NRI), dtype=np.int64)
+    rep_i[0, RI_SEQ] = 1  # measuring from t = 0 (the first measured arrival, rep_f's RF_FIRST_ARR = 0)
+    return ip, fp, slot_i, slot_f, rep_i, rep_f
 
 
 def test_two_transfers_share_a_link_fairly():
     """A (1e7 bytes) joins link 0 at 0: alone, done at 10 ms (+0.5 latency). B (2e6 bytes) joins
     at 5: A has 5e6 left, each now moves at half the link: B finishes 4 ms later (9), A then has
     3e6 left alone (12)."""
-    ip, fp, slot_i, slot_f, rep_f = _link_state(3)
-    assert K.start(ip, fp, slot_i, slot_f, rep_f, 0, 0, 0, 0.0, 1e7) == pytest.approx(10.5)
-    assert K.start(ip, fp, slot_i, slot_f, rep_f, 0, 1, 0, 5.0, 2e6) == pytest.approx(9.5)
+    ip, fp, slot_i, slot_f, rep_i, rep_f = _link_state(3)
+    assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 0, 0, 0.0, 1e7) == pytest.approx(10.5)
+    assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 1, 0, 5.0, 2e6) == pytest.approx(9.5)
     assert slot_f[0, 0, SF_READY] == pytest.approx(12.5)  # A's ready time moved on
-    assert slot_f[0, 0, SF_REM] == pytest.approx(5e6) and rep_f[0, 0] == 5.0
+    assert slot_f[0, 0, SF_REM] == pytest.approx(5e6) and rep_f[0, NRF] == 5.0
     # B's decode worker takes it over at 9.5: the link advances, B leaves, A has 2e6 left at 9.5
     # minus what it moved alone since 9 (0.5e6)
-    K.done(ip, fp, slot_i, slot_f, rep_f, 0, 1, 9.5)
+    K.done(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 1, 9.5)
     assert slot_i[0, 1, SI_LINK] == 0 and slot_f[0, 0, SF_REM] == pytest.approx(2.5e6)
     # a third transfer on another link does not slow A
-    assert K.start(ip, fp, slot_i, slot_f, rep_f, 0, 2, 1, 9.5, 1e6) == pytest.approx(11.0)
+    assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 2, 1, 9.5, 1e6) == pytest.approx(11.0)
     assert slot_f[0, 0, SF_READY] == pytest.approx(12.5)
+    assert rep_f[0, RF_LINK] == pytest.approx(9.5)  # link 0 carried a transfer from 0 to 9.5 so far
 
 
 def _cell(nodes: bool, nic_gbps: float = 1.0) -> CellSpec:
@@ -82,7 +87,9 @@ def test_transfers_across_nodes_share_the_prefill_nodes_link_in_a_run():
     nodes on a 1 GB/s link each alone would take 10 ms; together, 20: first tokens at 34."""
     run = dict(replicas=1, requests=2, warmup=0, seed=1, stream=0, drain=True)
     np.testing.assert_allclose(simulate(_cell(False), **run).samples["ttft_ms"][0], [14.1, 14.1])
-    np.testing.assert_allclose(simulate(_cell(True), **run).samples["ttft_ms"][0], [34.0, 34.0])
+    shared = simulate(_cell(True), **run).samples
+    np.testing.assert_allclose(shared["ttft_ms"][0], [34.0, 34.0])
+    np.testing.assert_allclose(shared["transfer_ms"][0], [20.0, 20.0])  # each moved at half the link
     # a fast link: the same two transfers take 0.2 ms together
     np.testing.assert_allclose(simulate(_cell(True, 100.0), **run).samples["ttft_ms"][0], [14.2, 14.2])
 
