@@ -294,14 +294,14 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
                 top = full_blocks(ip, isl - 1)  # a local hit stops short of the prompt's last token
                 post += fp[F_NIXL_POST] * (pblk - (hit if hit < top else top))
             ready = t + post
+            slot_f[r, s, SF_XFER] = t + post  # the transfer's start (its time once the KV arrived)
             pw = np.int64(slot_i[r, s, SI_PW])
             if ip[P_LINKS] == 1 and node_of(ip, pw) != node_of(ip, d):  # over the prefill node's link
                 nbytes = fp[F_KV_BYTES] * isl
-                ready = link_start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, node_of(ip, pw), t + post, nbytes)
+                ready = link_start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, node_of(ip, pw), t, nbytes)
             elif fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
                 ready = t + post + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
             slot_f[r, s, SF_READY] = ready
-            slot_f[r, s, SF_XFER] = t + post  # the transfer's start: its time once the KV arrived
             if ready < first_ready:
                 first_ready = ready
         return first_ready, np.int64(0), post

@@ -6,18 +6,21 @@ nodes). A transfer that leaves its prefill worker's node runs over that node's n
 `node_nic_gbps`, which the transfers in flight on it share fairly (processor sharing, as BLIS
 models a shared link): with n of them each moves at 1/n of the link.
 
-The link is simulated lazily and exactly. Between two starts on a link nothing joins it, so from a
-start on the completion times follow from the bytes left (smallest first: with bytes r1 <= r2 <=
-... each finishes (r_k - r_{k-1}) (n - k + 1) / bandwidth after the one before). Each start
-advances the link to now (the transfers that finished meanwhile leave it), joins, and rewrites
-every transfer's SF_READY on the link; a start only delays the others, so a decode worker that
-already cut its pass at an earlier ready time just finds it not ready then (a cut is a step
-boundary either way). A transfer leaves the link when its decode worker takes it over
-(`done`), after advancing it to that moment.
+The link is simulated lazily and exactly. A transfer joins its link when its reads are posted
+(slot_f[SF_XFER]: the reservation's instant plus its decode worker's posting, so several decode
+workers reserving in one instant join in the order of their posting, not of the workers). Between
+two reservations nothing new joins, so from one on the arrival times follow from the bytes left
+and the joins already known: each reservation advances the link to the current instant (the
+transfers that finished leave it), joins, and simulates a copy of the link forward to rewrite
+every transfer's SF_READY on it. A join only delays the others, so a decode worker that already
+cut its pass at an earlier ready time just finds it not ready then (a cut is a step boundary
+either way). A transfer leaves the link when its decode worker takes it over (`done`), after
+advancing it to that instant.
 
-State: slot_i[SI_LINK] = link + 1 while on a link (0: none), slot_f[SF_REM] its bytes left as of the
-link's clock, rep_f[ip[P_LINK_F] + link] the link's clock (ms). rep_f[RF_LINK] adds up the time
-each link carried a transfer over the measurement window (summary.parquet's link_util).
+State: slot_i[SI_LINK] = link + 1 while on a link (0: none), slot_f[SF_REM] its bytes left as of
+the link's clock, slot_f[SF_XFER] when it joins, rep_f[ip[P_LINK_F] + link] the link's clock (ms).
+rep_f[RF_LINK] adds up the time each link carried a transfer over the measurement window
+(summary.parquet's link_util).
 """
 
 import numpy as np
@@ -32,6 +35,7 @@ from .layout import (
     RF_LINK,
     SF_READY,
     SF_REM,
+    SF_XFER,
     SI_LINK,
 )
 
@@ -46,62 +50,92 @@ def build(jit, meters):
         return ip[NP_I + w]
 
     @jit
+    def next_join(ip, slot_i, slot_f, r, link, after):
+        """The earliest join after `after` of a transfer on link (+inf: none)."""
+        at = np.inf
+        for q in range(ip[P_S]):
+            if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and after < slot_f[r, q, SF_XFER] < at:
+                at = slot_f[r, q, SF_XFER]
+        return at
+
+    @jit
     def advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t):
-        """Move link's clock to t: its transfers share the bandwidth, the ones that finish leave."""
+        """Move link's clock to t: the transfers that joined share the bandwidth, the ones that
+        finish leave, the ones whose reads are posted by then join."""
         bw = fp[F_NIC_GBPS] * 1e6  # bytes per ms
         clock = rep_f[r, ip[P_LINK_F] + link]
         while clock < t:
             n = 0
             least = np.inf
-            for s in range(ip[P_S]):
-                if np.int64(slot_i[r, s, SI_LINK]) == link + 1 and slot_f[r, s, SF_REM] > 0.0:
-                    n += 1
-                    if slot_f[r, s, SF_REM] < least:
-                        least = slot_f[r, s, SF_REM]
-            if n == 0:
-                break
-            dt = least * n / bw
-            step = least if clock + dt <= t else (t - clock) * bw / n
-            for s in range(ip[P_S]):
-                if np.int64(slot_i[r, s, SI_LINK]) == link + 1 and slot_f[r, s, SF_REM] > 0.0:
-                    left = slot_f[r, s, SF_REM] - step
-                    slot_f[r, s, SF_REM] = left if left > _DONE_BYTES else 0.0
-            end = clock + dt if clock + dt <= t else t
+            for q in range(ip[P_S]):
+                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                    if slot_f[r, q, SF_XFER] <= clock:
+                        n += 1
+                        least = min(least, slot_f[r, q, SF_REM])
+            join = next_join(ip, slot_i, slot_f, r, link, clock)
+            if n == 0:  # idle until the next join, or until t
+                clock = join if join < t else t
+                continue
+            end = min(clock + least * n / bw, join, t)
+            step = (end - clock) * bw / n
+            for q in range(ip[P_S]):
+                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                    if slot_f[r, q, SF_XFER] <= clock:
+                        left = slot_f[r, q, SF_REM] - step
+                        slot_f[r, q, SF_REM] = left if left > _DONE_BYTES else 0.0
             integrate(ip, rep_i, rep_f, r, RF_LINK, clock, end, 1.0)  # the link carried a transfer
             clock = end
-        rep_f[r, ip[P_LINK_F] + link] = t
+        rep_f[r, ip[P_LINK_F] + link] = clock
 
     @jit
     def start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes):
-        """Transfer s of nbytes joins link at t; every transfer's on it SF_READY is rewritten (the
-        link's latency after its last byte). Returns s's."""
+        """Transfer s of nbytes joins link when its reads are posted (slot_f[s, SF_XFER] >= t, the
+        current instant); every transfer's SF_READY on the link is rewritten (the link's latency
+        after its last byte), simulating the link from t through the joins already known. Returns
+        s's."""
         advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t)
         slot_i[r, s, SI_LINK] = link + 1
         slot_f[r, s, SF_REM] = nbytes if nbytes > _DONE_BYTES else _DONE_BYTES + 1.0
         bw = fp[F_NIC_GBPS] * 1e6
-        n = 0
+        # a copy of the link: each transfer's bytes left in SF_READY until it is done there, then
+        # its arrival time (its SI_LINK negated meanwhile)
         for q in range(ip[P_S]):
             if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
-                n += 1
-        # completion times smallest first (ties by slot), without moving the bytes left
-        prev_rem = 0.0
-        prev_q = np.int64(-1)
-        at = t
-        for k in range(n):
-            best = np.int64(-1)
-            best_rem = np.inf
+                slot_f[r, q, SF_READY] = slot_f[r, q, SF_REM]
+        at = rep_f[r, ip[P_LINK_F] + link]
+        while True:
+            n = 0
+            least = np.inf
             for q in range(ip[P_S]):
-                if np.int64(slot_i[r, q, SI_LINK]) != link + 1 or slot_f[r, q, SF_REM] <= 0.0:
-                    continue
-                rem = slot_f[r, q, SF_REM]
-                after = rem > prev_rem or (rem == prev_rem and q > prev_q)
-                if after and (rem < best_rem or (rem == best_rem and q < best)):
-                    best = q
-                    best_rem = rem
-            at += (best_rem - prev_rem) * (n - k) / bw
-            slot_f[r, best, SF_READY] = at + fp[F_XFER_LAT]
-            prev_rem = best_rem
-            prev_q = best
+                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                    if slot_f[r, q, SF_XFER] <= at:
+                        n += 1
+                        least = min(least, slot_f[r, q, SF_READY])
+            join = np.inf
+            for q in range(ip[P_S]):
+                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                    if at < slot_f[r, q, SF_XFER] < join:
+                        join = slot_f[r, q, SF_XFER]
+            if n == 0:
+                if join == np.inf:
+                    break
+                at = join
+                continue
+            end = min(at + least * n / bw, join)
+            step = (end - at) * bw / n
+            for q in range(ip[P_S]):
+                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                    if slot_f[r, q, SF_XFER] <= at:
+                        left = slot_f[r, q, SF_READY] - step
+                        if left > _DONE_BYTES:
+                            slot_f[r, q, SF_READY] = left
+                        else:
+                            slot_f[r, q, SF_READY] = end + fp[F_XFER_LAT]
+                            slot_i[r, q, SI_LINK] = -(link + 1)
+            at = end
+        for q in range(ip[P_S]):
+            if np.int64(slot_i[r, q, SI_LINK]) == -(link + 1):
+                slot_i[r, q, SI_LINK] = link + 1
         return slot_f[r, s, SF_READY]
 
     @jit

@@ -6,7 +6,22 @@ import numpy as np
 import pytest
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import (
-    F_NIC_GBPS, F_XFER_LAT, NF_P, NP_I, NRF, NRI, NSF, NSI, P_LINK_F, P_S, RF_LINK, RI_SEQ, SF_READY, SF_REM, SI_LINK,
+    F_NIC_GBPS,
+    F_XFER_LAT,
+    NF_P,
+    NP_I,
+    NRF,
+    NRI,
+    NSF,
+    NSI,
+    P_LINK_F,
+    P_S,
+    RF_LINK,
+    RI_SEQ,
+    SF_READY,
+    SF_REM,
+    SF_XFER,
+    SI_LINK,
 )  # fmt: skip
 
 from poa_mc.engine import simulate
@@ -51,6 +66,7 @@ def test_two_transfers_share_a_link_fairly():
     at 5: A has 5e6 left, each now moves at half the link: B finishes 4 ms later (9), A then has
     3e6 left alone (12)."""
     ip, fp, slot_i, slot_f, rep_i, rep_f = _link_state(3)
+    slot_f[0, :, SF_XFER] = [0.0, 5.0, 9.5]  # when each one's reads are posted: it joins then
     assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 0, 0, 0.0, 1e7) == pytest.approx(10.5)
     assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 1, 0, 5.0, 2e6) == pytest.approx(9.5)
     assert slot_f[0, 0, SF_READY] == pytest.approx(12.5)  # A's ready time moved on
@@ -63,6 +79,20 @@ def test_two_transfers_share_a_link_fairly():
     assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 2, 1, 9.5, 1e6) == pytest.approx(11.0)
     assert slot_f[0, 0, SF_READY] == pytest.approx(12.5)
     assert rep_f[0, RF_LINK] == pytest.approx(9.5)  # link 0 carried a transfer from 0 to 9.5 so far
+
+
+def test_transfers_reserved_in_one_instant_join_in_the_order_of_their_posting():
+    """At 20 ms two decode workers reserve: C (1e6 bytes) first, its reads posted by 20.8, then D
+    (1e6 bytes) posted by 20.2. D moves alone from 20.2 (0.6e6 by 20.8), then both at half the
+    link: D done at 21.6, C alone after it: 22.2 (+0.5 latency each)."""
+    ip, fp, slot_i, slot_f, rep_i, rep_f = _link_state(2)
+    slot_f[0, :, SF_XFER] = [20.8, 20.2]
+    rep_f[0, NRF] = 20.0  # the link's clock: now
+    K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 0, 0, 20.0, 1e6)
+    assert K.start(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 1, 0, 20.0, 1e6) == pytest.approx(22.1)
+    assert slot_f[0, 0, SF_READY] == pytest.approx(22.7)
+    K.done(ip, fp, slot_i, slot_f, rep_i, rep_f, 0, 1, 22.1)  # the link at 22.1: C has 0.1e6 left
+    assert slot_f[0, 0, SF_REM] == pytest.approx(0.1e6) and slot_f[0, 1, SF_REM] == 0.0
 
 
 def _cell(nodes: bool, nic_gbps: float = 1.0) -> CellSpec:
