@@ -82,6 +82,7 @@ from .layout import (
     SI_GHOST,
     SI_GRP,
     SI_ISL,
+    SI_LINK,
     SI_NEED,
     SI_NEXTB,
     SI_OSL,
@@ -130,7 +131,8 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
     cache_reclaim = cache.reclaim
     cache_release = cache.release
     cache_row = blocks.cache_row
-    link_start = links.start
+    link_join = links.join
+    link_project = links.project
     link_done = links.done
     node_of = links.node_of
     ceil_blocks = blocks.ceil_blocks
@@ -269,6 +271,7 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
         vllm = ip[P_HANDOVER] == HANDOVER_VLLM
         first_ready = INF
         post = 0.0
+        joined = np.int64(0)  # HANDOVER_VLLM with links: the links this boundary's transfers joined
         for i in range(np.int64(wk_i[r, d, WI_QN])):
             s = q_at(queue, wk_i, r, d, np.int64(i), qcap)
             if np.int64(slot_i[r, s, SI_RESV]) != RESV_PENDING:
@@ -297,13 +300,28 @@ def build(jit, cache, controller, planner, timing, meters, queues, blocks, reque
             slot_f[r, s, SF_XFER] = t + post  # the transfer's start (its time once the KV arrived)
             pw = np.int64(slot_i[r, s, SI_PW])
             if ip[P_LINKS] == 1 and node_of(ip, pw) != node_of(ip, d):  # over the prefill node's link
-                nbytes = fp[F_KV_BYTES] * isl
-                ready = link_start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, node_of(ip, pw), t, nbytes)
+                link = node_of(ip, pw)
+                link_join(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, fp[F_KV_BYTES] * isl)
+                if not vllm:  # one a boundary: its ready time says whether the next one reserves now
+                    link_project(ip, fp, slot_i, slot_f, rep_f, r, link)
+                    ready = slot_f[r, s, SF_READY]
+                else:  # the link is worked out once, after this boundary's reservations
+                    joined |= np.int64(1) << link
+                    continue
             elif fp[F_XFER_TOK] > 0.0 or fp[F_XFER_LAT] > 0.0:
                 ready = t + post + fp[F_XFER_LAT] + fp[F_XFER_TOK] * isl
             slot_f[r, s, SF_READY] = ready
             if ready < first_ready:
                 first_ready = ready
+        if joined != 0:
+            for link in range(63):
+                if (joined >> link) & 1:
+                    link_project(ip, fp, slot_i, slot_f, rep_f, r, np.int64(link))
+            for i in range(np.int64(wk_i[r, d, WI_QN])):  # the arrival times the links now say
+                s = q_at(queue, wk_i, r, d, np.int64(i), qcap)
+                ready = slot_f[r, s, SF_READY]
+                if np.int64(slot_i[r, s, SI_LINK]) > 0 and t < ready < first_ready:
+                    first_ready = ready
         return first_ready, np.int64(0), post
 
     @jit

@@ -88,17 +88,20 @@ def build(jit, meters):
         rep_f[r, ip[P_LINK_F] + link] = clock
 
     @jit
-    def start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes):
+    def join(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes):
         """Transfer s of nbytes joins link when its reads are posted (slot_f[s, SF_XFER] >= t, the
-        current instant); every transfer's SF_READY on the link is rewritten (the link's latency
-        after its last byte), simulating the link from t through the joins already known. Returns
-        s's."""
+        current instant). Its SF_READY, and the others', are known after `project`."""
         advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t)
         slot_i[r, s, SI_LINK] = link + 1
         slot_f[r, s, SF_REM] = nbytes if nbytes > _DONE_BYTES else _DONE_BYTES + 1.0
+
+    @jit
+    def project(ip, fp, slot_i, slot_f, rep_f, r, link):
+        """Rewrite the SF_READY of every transfer on link (the link's latency after its last byte):
+        a copy of the link simulated from its clock through the joins already known. The copy keeps
+        each transfer's bytes left in SF_READY until it is done there, then its arrival time (its
+        SI_LINK negated meanwhile)."""
         bw = fp[F_NIC_GBPS] * 1e6
-        # a copy of the link: each transfer's bytes left in SF_READY until it is done there, then
-        # its arrival time (its SI_LINK negated meanwhile)
         for q in range(ip[P_S]):
             if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
                 slot_f[r, q, SF_READY] = slot_f[r, q, SF_REM]
@@ -106,22 +109,20 @@ def build(jit, meters):
         while True:
             n = 0
             least = np.inf
+            join_at = np.inf
             for q in range(ip[P_S]):
                 if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
                     if slot_f[r, q, SF_XFER] <= at:
                         n += 1
                         least = min(least, slot_f[r, q, SF_READY])
-            join = np.inf
-            for q in range(ip[P_S]):
-                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
-                    if at < slot_f[r, q, SF_XFER] < join:
-                        join = slot_f[r, q, SF_XFER]
+                    elif slot_f[r, q, SF_XFER] < join_at:
+                        join_at = slot_f[r, q, SF_XFER]
             if n == 0:
-                if join == np.inf:
+                if join_at == np.inf:
                     break
-                at = join
+                at = join_at
                 continue
-            end = min(at + least * n / bw, join)
+            end = min(at + least * n / bw, join_at)
             step = (end - at) * bw / n
             for q in range(ip[P_S]):
                 if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
@@ -136,6 +137,12 @@ def build(jit, meters):
         for q in range(ip[P_S]):
             if np.int64(slot_i[r, q, SI_LINK]) == -(link + 1):
                 slot_i[r, q, SI_LINK] = link + 1
+
+    @jit
+    def start(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes):
+        """join, then project: returns s's SF_READY."""
+        join(ip, fp, slot_i, slot_f, rep_i, rep_f, r, s, link, t, nbytes)
+        project(ip, fp, slot_i, slot_f, rep_f, r, link)
         return slot_f[r, s, SF_READY]
 
     @jit
@@ -148,4 +155,4 @@ def build(jit, meters):
         slot_i[r, s, SI_LINK] = 0
         slot_f[r, s, SF_REM] = 0.0
 
-    return Namespace(node_of=node_of, advance=advance, start=start, done=done)
+    return Namespace(node_of=node_of, advance=advance, join=join, project=project, start=start, done=done)
