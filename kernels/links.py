@@ -50,13 +50,20 @@ def build(jit, meters):
         return ip[NP_I + w]
 
     @jit
-    def next_join(ip, slot_i, slot_f, r, link, after):
-        """The earliest join after `after` of a transfer on link (+inf: none)."""
-        at = np.inf
+    def sharing(ip, slot_i, slot_f, r, link, at, col):
+        """Link at time `at`: the transfers on it that have joined (n), the least of their
+        slot_f[col] (bytes left), and the earliest join still to come (+inf: none)."""
+        n = 0
+        least = np.inf
+        join_at = np.inf
         for q in range(ip[P_S]):
-            if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and after < slot_f[r, q, SF_XFER] < at:
-                at = slot_f[r, q, SF_XFER]
-        return at
+            if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
+                if slot_f[r, q, SF_XFER] <= at:
+                    n += 1
+                    least = min(least, slot_f[r, q, col])
+                elif slot_f[r, q, SF_XFER] < join_at:
+                    join_at = slot_f[r, q, SF_XFER]
+        return n, least, join_at
 
     @jit
     def advance(ip, fp, slot_i, slot_f, rep_i, rep_f, r, link, t):
@@ -65,14 +72,7 @@ def build(jit, meters):
         bw = fp[F_NIC_GBPS] * 1e6  # bytes per ms
         clock = rep_f[r, ip[P_LINK_F] + link]
         while clock < t:
-            n = 0
-            least = np.inf
-            for q in range(ip[P_S]):
-                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
-                    if slot_f[r, q, SF_XFER] <= clock:
-                        n += 1
-                        least = min(least, slot_f[r, q, SF_REM])
-            join = next_join(ip, slot_i, slot_f, r, link, clock)
+            n, least, join = sharing(ip, slot_i, slot_f, r, link, clock, SF_REM)
             if n == 0:  # idle until the next join, or until t
                 clock = join if join < t else t
                 continue
@@ -107,16 +107,7 @@ def build(jit, meters):
                 slot_f[r, q, SF_READY] = slot_f[r, q, SF_REM]
         at = rep_f[r, ip[P_LINK_F] + link]
         while True:
-            n = 0
-            least = np.inf
-            join_at = np.inf
-            for q in range(ip[P_S]):
-                if np.int64(slot_i[r, q, SI_LINK]) == link + 1 and slot_f[r, q, SF_REM] > 0.0:
-                    if slot_f[r, q, SF_XFER] <= at:
-                        n += 1
-                        least = min(least, slot_f[r, q, SF_READY])
-                    elif slot_f[r, q, SF_XFER] < join_at:
-                        join_at = slot_f[r, q, SF_XFER]
+            n, least, join_at = sharing(ip, slot_i, slot_f, r, link, at, SF_READY)
             if n == 0:
                 if join_at == np.inf:
                     break
