@@ -25,9 +25,13 @@ setup(
         "rich>=13",
     ],
     extras_require={
-        # pick the CuPy wheel that matches the driver's CUDA major version
-        "gpu": ["numba-cuda>=0.20", "cupy-cuda12x>=13"],
-        "gpu-cuda13": ["numba-cuda>=0.20", "cupy-cuda13x>=14"],
+        # pick the CuPy wheel that matches the driver's CUDA major version. numba-cuda's cu12 extra
+        # brings the CUDA 12.9 wheels: NVVM and ptxas, which compile the kernels for sm_90 and
+        # sm_100 with no GPU (tests/test_ptx.py), with cuda-bindings 12.9. Pinned: numba-cuda 0.30.0
+        # beside cuda-bindings 12.9 failed to import here (bench/NOTES.md); 0.30.4 is what the last
+        # device run used (bench/RESULTS.md) and compiles the kernels on this machine
+        "gpu": ["numba-cuda[cu12]==0.30.4", "cupy-cuda12x>=13"],
+        "gpu-cuda13": ["numba-cuda[cu13]==0.30.4", "cupy-cuda13x>=14"],
         # aiconfigurator, to build aic timing tables (poa-mc profiles build-aic); ~600 MB with pandas, pyarrow
         "aic": ["aiconfigurator-core>=0.12,<0.13"],
         "dev": ["pytest>=8", "ruff>=0.5", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],

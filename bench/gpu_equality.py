@@ -8,6 +8,11 @@ over ~1e5 events per replica (measured on an H200, 2026-11-30: at most 4.1e-9 re
 Configurations that call log/exp/cos (lognormal lengths, exponential service, temperature > 0:
 libdevice against the CPU's libm) may also flip a rare decision: their bound is 1e-7 relative
 on times and at most 0.5% of requests with any integer difference. Exits 1 beyond the bound.
+
+    python3 bench/gpu_equality.py [REPLICAS [REQUESTS]] [--wide]
+
+`--wide` compares every kernel path of tests/every_path.py and each built-in grid's smallest cell
+instead of the cases below.
 """
 
 from __future__ import annotations
@@ -111,6 +116,41 @@ def cases() -> list[tuple[str, CellSpec, bool]]:
     return out
 
 
+def wide_cases() -> list[tuple[str, CellSpec, bool]]:
+    """Every kernel path (tests/every_path.py) and each built-in grid's smallest cell (fewest
+    workers, then lowest load); exact where no draw or cost calls log, exp or cos."""
+    from pathlib import Path
+
+    from poa_mc import data
+    from poa_mc.config import load_grid
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.every_path import cells, trace_cells
+
+    out = [(f"path {flow} {pol} dkv={dkv}", spec, _exact(spec)) for flow, pol, dkv, spec in cells()]
+    out += [(f"path trace {name}", spec, _exact(spec)) for name, spec in trace_cells()]
+    for path in sorted((Path(data.__file__).parent / "grids").glob("*.toml")):
+        grid = load_grid(path).cells()
+
+        def size(c):
+            w = c.spec.workload
+            return (c.spec.cluster.n_prefill + c.spec.cluster.n_decode, w.concurrency or 0, w.rate_rps or 0.0)
+
+        smallest = min(grid, key=size).spec
+        out.append((f"grid {path.stem}: smallest cell", smallest, _exact(smallest)))
+    return out
+
+
+def _exact(spec: CellSpec) -> bool:
+    w = spec.workload
+    return (
+        spec.policy.temperature == 0
+        and "lognormal" not in (w.isl.kind, w.osl.kind)
+        and w.arrival != "poisson"
+        and spec.profile.kind != "exponential"
+    )
+
+
 def _agentic_tiers() -> CellSpec:
     from poa_mc.config import loads_grid
 
@@ -154,10 +194,12 @@ def _tallies(spec: CellSpec, kw: dict, cpu_result) -> tuple[float, float]:
 
 
 def main() -> int:
-    replicas = int(sys.argv[1]) if len(sys.argv) > 1 else 256
-    requests = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+    wide = "--wide" in sys.argv
+    argv = [a for a in sys.argv[1:] if a != "--wide"]
+    replicas = int(argv[0]) if argv else 256
+    requests = int(argv[1]) if len(argv) > 1 else 300
     failed = 0
-    for name, spec, exact in cases():
+    for name, spec, exact in wide_cases() if wide else cases():
         kw = dict(replicas=replicas, requests=requests, warmup=50, seed=2026, stream=1)
         a = simulate(spec, backend="cpu", **kw)
         b = simulate(spec, backend="cuda", **kw)

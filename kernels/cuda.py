@@ -8,9 +8,11 @@ addresses: loads and stores coalesce. Under NUMBA_ENABLE_CUDASIM=1 this runs on 
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
+import numba
 import numpy as np
 
 if not hasattr(np, "row_stack"):
@@ -26,12 +28,29 @@ from .source import build  # noqa: E402
 
 THREADS_PER_BLOCK = 64  # one replica per thread; override with POA_MC_CUDA_TPB for tuning runs
 
-with keyed_cache_dir("cuda"):
-    _K = build(cuda.jit(device=True))
+# Every device function is inlined into the kernel that calls it (NVVM's alwaysinline). Left to
+# itself, NVVM kept the router's choose, the decode choice and the tiers' demotion chain out of
+# line, and each call saved the event loop's live values to the stack: on sm_90 the event loop's
+# kernel spilled 2,088 bytes (stores) with a 1,064-byte stack frame, inlined 1,396 and 760
+# (bench/RESULTS.md, "The CUDA kernels' resources"; tests/test_ptx.py keeps a budget on them).
+# POA_MC_CUDA_INLINE=0 builds NVVM's own choice, for a device run to time both.
+# (Numba's CUDA simulator, and the numba.cuda that numba itself ships, take no such option.)
+FORCE_INLINE = os.environ.get("POA_MC_CUDA_INLINE", "1") != "0"
+_NUMBA_CUDA = "forceinline" in inspect.signature(cuda.jit).parameters  # numba-cuda, not the simulator
+_DEVICE = {"forceinline": True} if FORCE_INLINE and _NUMBA_CUDA else {}
+
+# POA_MC_CUDA_MAXREG=N caps the kernels' registers a thread (ptxas -maxrregcount): occupancy
+# bought with spills (bench/RESULTS.md has ptxas's counts at 128 and 168), for a device to time
+MAX_REGISTERS = int(os.environ.get("POA_MC_CUDA_MAXREG", "0"))
+_KERNEL = {"max_registers": MAX_REGISTERS} if MAX_REGISTERS and _NUMBA_CUDA else {}
+_VARIANT = ("" if FORCE_INLINE else "-noinline") + (f"-maxreg{MAX_REGISTERS}" if _KERNEL else "")
+
+with keyed_cache_dir("cuda" + _VARIANT):
+    _K = build(cuda.jit(device=True, **_DEVICE))
     _simulate_replica = _K.simulate_replica
     _tally_rows = _K.tally_rows
 
-    @cuda.jit(cache=True)
+    @cuda.jit(cache=True, **_KERNEL)
     def _run_kernel(
         n, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
         out_i, cand, tally_f, tally_h,
@@ -49,7 +68,7 @@ with keyed_cache_dir("cuda"):
 
     # PoA-hat's windows, a launch of their own after the simulation's: the solver's registers and
     # scratch stay out of the event loop's kernel
-    @cuda.jit(cache=True)
+    @cuda.jit(cache=True, **_KERNEL)
     def _poa_kernel(n, ip, fp, step, out_f, out_i, cand, poa, f, g):
         r = cuda.grid(1)
         if r < n:
@@ -68,7 +87,7 @@ def _device_array(shape: tuple, dtype, n: int):
 
     CuPy owns the device buffers when it is installed (a device-side memset, no host staging);
     numba's own allocator is the fallback. Both hand the kernel the same strided view."""
-    full = (*shape[::-1], n)
+    full = _stored_shape(shape, n)
     if _sim():
         store = np.zeros(full, dtype=dtype)
         return store, store.T
@@ -80,6 +99,52 @@ def _device_array(shape: tuple, dtype, n: int):
         store = cuda.device_array(full, dtype=dtype)
         _zero(store)
     return store, store.T
+
+
+def _stored_shape(shape: tuple, n: int) -> tuple:
+    """The storage of a logical (n, *shape) array: replica index last. A replica's part of one
+    element (a heap of one slot, the tallies of a run without them) is given two: an (n, 1) view
+    is both C- and F-contiguous to numpy, numba would type it C, and each such cell would compile
+    the kernel a second time. The kernels take these arrays' lengths from ip, not from the shape."""
+    if all(d == 1 for d in shape):
+        shape = (*shape[:-1], 2)
+    return (*shape[::-1], n)
+
+
+def argument_types(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, edges: np.ndarray, shapes: dict) -> dict:
+    """The numba types run_batch's launches give each kernel ("run" and "poa"), from the arrays and
+    layouts it makes: the parameters as copied (C order), the state as replica-last storage seen
+    through its transposed view. Two replicas: with one, numpy would call the view C-ordered."""
+
+    def view(shape: tuple, dtype) -> object:
+        return numba.typeof(np.empty(_stored_shape(shape, 2), dtype=dtype).T)
+
+    params = [numba.types.int64, *(numba.typeof(np.ascontiguousarray(x)) for x in (ip, fp, tabs, edges))]
+    state = {name: view(*shapes[name]) for name in _NAMES}
+    step = numba.typeof(np.empty(0, dtype=np.float64))
+    poa = view((3,), np.float64)
+    scratch = (view((1,), np.float64), view((1,), np.int64))
+    return {
+        "run": (*params, *(state[k] for k in _NAMES)),
+        "poa": (*params[:3], step, state["out_f"], state["out_i"], state["cand"], poa, *scratch),
+    }
+
+
+def kernel_ptx(kernel: str, types: tuple, cc: tuple[int, int]) -> str:
+    """PTX of this module's kernel `kernel` ("run" or "poa") for the argument `types` and compute
+    capability `cc`, compiled by NVVM with no GPU present (numba-cuda's own compile_ptx)."""
+    from unittest import mock
+
+    func = {"run": _run_kernel, "poa": _poa_kernel}[kernel].py_func
+
+    class _Device:  # what numba-cuda's device functions ask of the current device: its cc
+        compute_capability = cc
+
+    # each device function asks the current device for its compute capability while the kernel
+    # that calls it is typed; with no GPU there is none, and NVVM's target is the kernel's cc
+    with mock.patch("numba.cuda.dispatcher.get_current_device", lambda: _Device()):
+        ptx, _ = cuda.compile_ptx(func, types, cc=cc)
+    return ptx
 
 
 def _sim() -> bool:

@@ -503,6 +503,11 @@ def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, recor
     }
 
 
+def kernel_shapes(ip: np.ndarray, fp: np.ndarray, requests: int, record: bool) -> dict[str, tuple]:
+    """Each kernel array's per-replica (shape, dtype) for the packed parameters (ip, fp)."""
+    return _shapes(ip, fp, int(ip[L.P_NP] + ip[L.P_ND]), requests, record)
+
+
 def bytes_per_replica(shapes: dict[str, tuple], names=None) -> int:
     total = 0
     for name, (shape, dtype) in shapes.items():
