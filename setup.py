@@ -1,19 +1,13 @@
 """poa-mc: Monte Carlo Price of Anarchy for disaggregated LLM serving."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="poa-mc",
     version="0.3.0",
     description="GPU-accelerated Monte Carlo estimator of the Price of Anarchy in disaggregated LLM serving",
     python_requires=">=3.10",
-    packages=["poa_mc", "poa_mc.kernels", "poa_mc.cli", "poa_mc.data"],
-    package_dir={
-        "poa_mc": "poa_mc",
-        "poa_mc.kernels": "kernels",
-        "poa_mc.cli": "cli",
-        "poa_mc.data": "data",
-    },
+    packages=find_packages(include=["poa_mc", "poa_mc.*"]),
     package_data={"poa_mc.data": ["grids/*.toml", "traces/*", "profiles/*.json", "profiles/NOTICE"]},
     install_requires=[
         "numpy>=1.26",
@@ -34,7 +28,7 @@ setup(
         "gpu-cuda13": ["numba-cuda[cu13]==0.30.4", "cupy-cuda13x>=14"],
         # aiconfigurator, to build aic timing tables (poa-mc profiles build-aic); ~600 MB with pandas, pyarrow
         "aic": ["aiconfigurator-core>=0.12,<0.13"],
-        "dev": ["pytest>=8", "ruff>=0.5", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],
+        "dev": ["pytest>=8", "ruff>=0.5", "import-linter>=2.1", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.25"],
     },
     entry_points={"console_scripts": ["poa-mc=poa_mc.cli.main:entry"]},
 )

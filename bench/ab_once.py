@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import reference_cell  # noqa: E402
 
-from poa_mc.engine import simulate  # noqa: E402
+from poa_mc.engine.engine import simulate
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
@@ -32,7 +32,7 @@ if __name__ == "__main__":
     spec = reference_cell()
     kw = dict(replicas=args.replicas, requests=2000, warmup=200, seed=1, stream=0, parallel=args.parallel)
     if args.grid:
-        from poa_mc.cli.main import load_grid_arg
+        from poa_mc.cli.common import load_grid_arg
 
         grid = load_grid_arg(args.grid)
         cell = grid.cells()[args.cell]

@@ -1,4 +1,4 @@
-"""The per-replica accumulators' host time (poa_mc/accumulate.py) on one batch of the reference cell.
+"""The per-replica accumulators' host time (poa_mc/stats/accumulate.py) on one batch of the reference cell.
 
 Simulates the cell of bench/bench_engine.py with the router's candidates recorded, then times
 `accumulate` on the result (after one call that loads its compiled parts), and prints the time
@@ -19,8 +19,8 @@ import time
 import numpy as np
 from bench_engine import reference_cell
 
-from poa_mc.accumulate import accumulate, poa_hat_sums
-from poa_mc.engine import simulate
+from poa_mc.engine.engine import simulate
+from poa_mc.stats.accumulate import accumulate, poa_hat_sums
 
 
 def main() -> int:

@@ -8,8 +8,8 @@ replica, and appends a row to bench/RESULTS.md with --record.
     python bench/bench_engine.py [--replicas 256] [--requests 2000] [--backend cpu] [--record] [--each]
     python bench/bench_engine.py --streamed tally   # batches as `poa-mc run` streams them, tallied
 
---streamed plain / tally / poa: the kernels' cost of the replicas' tally (kernels/tally.py) and of
-their PoA-hat windows (kernels/poa_hat.py, poa: both, as `poa-mc run` has them), in batches of
+--streamed plain / tally / poa: the kernels' cost of the replicas' tally (poa_mc/kernels/tally.py) and of
+their PoA-hat windows (poa_mc/kernels/poa_hat.py, poa: both, as `poa-mc run` has them), in batches of
 `poa-mc run`'s size handed to a reducer that does nothing.
 """
 
@@ -23,8 +23,8 @@ import resource
 import sys
 from pathlib import Path
 
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
 
 def reference_cell(n_prefill: int = 1, n_decode: int = 5, concurrency: int = 64) -> CellSpec:
@@ -67,8 +67,8 @@ def main() -> int:
         choices=("off", "plain", "tally", "poa"),
         default="off",
         help="as `poa-mc run` streams: batches handed to a reducer that does nothing, nothing kept; "
-        "'tally' adds the kernels' tally of each replica (kernels/tally.py), 'poa' that and its PoA-hat windows "
-        "(kernels/poa_hat.py, [poa] window = 8), 'plain' neither",
+        "'tally' adds the kernels' tally of each replica (poa_mc/kernels/tally.py), 'poa' that and its PoA-hat windows "
+        "(poa_mc/kernels/poa_hat.py, [poa] window = 8), 'plain' neither",
     )
     a = ap.parse_args()
     n_p, n_d = (int(x[:-1]) for x in a.topology.split("/"))
@@ -80,7 +80,7 @@ def main() -> int:
     if a.profile:
         from dataclasses import replace
 
-        from poa_mc.profiles import resolve_profile
+        from poa_mc.model.profiles import resolve_profile
 
         spec = replace(spec, profile=resolve_profile({"name": a.profile}))
     kw = dict(

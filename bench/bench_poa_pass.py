@@ -1,5 +1,5 @@
-"""What PoA-hat's pass over a batch's request rows costs in the kernels (kernels/poa_hat.py), against
-the host's compiled path over the same requests' columns (poa_mc.estimators, as the reduction ran
+"""What PoA-hat's pass over a batch's request rows costs in the kernels (poa_mc/kernels/poa_hat.py), against
+the host's compiled path over the same requests' columns (poa_mc.stats.estimators, as the reduction ran
 it before the kernels did), on the reference cell of bench/bench_engine.py, [poa] window = 8:
 
     python bench/bench_poa_pass.py [--replicas 256] [--requests 2000]
@@ -21,11 +21,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import reference_cell  # noqa: E402
+
+from poa_mc.kernels import threads  # noqa: E402
+from poa_mc.engine import engine
 from poa_mc.kernels import cpu  # noqa: E402
 from poa_mc.kernels import layout as L  # noqa: E402
-
-from poa_mc import engine, poa_plan, sketch, threads  # noqa: E402
-from poa_mc.accumulate import poa_hat_sums  # noqa: E402
+from poa_mc.stats import poa_plan, sketch
+from poa_mc.stats.accumulate import poa_hat_sums  # noqa: E402
 
 
 def best(fn, repeat: int = 5) -> float:

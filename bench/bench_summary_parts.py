@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from poa_mc import accumulate, estimators, sketch
+from poa_mc.stats import accumulate, estimators, sketch
 
 
 def best(f, repeat: int) -> float:

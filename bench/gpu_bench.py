@@ -20,9 +20,9 @@ import sys
 import time
 
 from bench_engine import reference_cell
-from poa_mc.kernels import cuda as kc
 
-from poa_mc.engine import _shapes, bytes_per_replica, pack_params, simulate
+from poa_mc.engine.engine import _shapes, bytes_per_replica, pack_params, simulate
+from poa_mc.kernels import cuda as kc
 
 
 def main() -> int:

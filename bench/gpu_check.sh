@@ -21,9 +21,7 @@ if [ -d .whl ]; then  # packages the device image lacks (polars), carried as whe
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1; then
-  # no editable install there: lay the package out by hand (kernels/, cli/, data/ live inside poa_mc)
-  rm -rf /tmp/shim && mkdir -p /tmp/shim && cp -r poa_mc /tmp/shim/ && cp -r kernels /tmp/shim/poa_mc/kernels \
-    && cp -r cli /tmp/shim/poa_mc/cli && cp -r data /tmp/shim/poa_mc/data && export PYTHONPATH=/tmp/shim:${PYTHONPATH:-}
+  export PYTHONPATH=$PWD:${PYTHONPATH:-}  # no editable install there: the tree holds the whole package
 fi
 echo "== versions"; date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 - <<'PY'

@@ -22,9 +22,9 @@ import warnings
 
 import numpy as np
 
-from poa_mc.engine import simulate
-from poa_mc.profiles import resolve_profile
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.profiles import resolve_profile
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 warnings.filterwarnings("ignore")
 
@@ -122,7 +122,7 @@ def wide_cases() -> list[tuple[str, CellSpec, bool]]:
     from pathlib import Path
 
     from poa_mc import data
-    from poa_mc.config import load_grid
+    from poa_mc.model.config import load_grid
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.every_path import cells, trace_cells
@@ -152,7 +152,7 @@ def _exact(spec: CellSpec) -> bool:
 
 
 def _agentic_tiers() -> CellSpec:
-    from poa_mc.config import loads_grid
+    from poa_mc.model.config import loads_grid
 
     text = (
         '[workload]\nkind = "trace"\nformat = "mooncake"\npath = "agentic_sample"\nreplay = "closed"\n'
@@ -168,8 +168,8 @@ def _tallies(spec: CellSpec, kw: dict, cpu_result) -> tuple[float, float]:
     in another bin) between a device-tallied streamed run and the host's tally of the CPU run."""
     import dataclasses
 
-    from poa_mc import sketch
-    from poa_mc.accumulate import accumulate
+    from poa_mc.stats import sketch
+    from poa_mc.stats.accumulate import accumulate
 
     poa = {"window": 8}
     slo = {"ttft_ms": 500.0}
@@ -216,7 +216,7 @@ def main() -> int:
                 int_diff = max(int_diff, int((x != y).sum()))
         equal = worst_rel == 0.0 and int_diff == 0
         ok = (worst_rel <= 1e-8 and int_diff == 0) if exact else (worst_rel <= 1e-7 and int_diff <= 0.005 * x.size)
-        # the replicas tallied on the device (kernels/tally.py) against the host's tally of the CPU's
+        # the replicas tallied on the device (poa_mc/kernels/tally.py) against the host's tally of the CPU's
         # requests: sums within the times' bound, histogram counts moved by at most 1e-4 of them
         # (a time within its last bits of an edge; 0.5% where a decision may flip)
         tally_rel, moved = _tallies(spec, kw, a)

@@ -3,7 +3,7 @@ reads the final IR of its replica loop.
 
     python bench/inline_report.py [--threshold N]
 
---threshold overrides kernels/cpu.INLINE_THRESHOLD["lean"] for this compile (250 is LLVM's -O3 default).
+--threshold overrides poa_mc/kernels/cpu.INLINE_THRESHOLD["lean"] for this compile (250 is LLVM's -O3 default).
 Prints the compile time, how many functions the loop's module still defines (each one a call
 that marshals its array arguments) and the callees with the most call sites.
 """
@@ -46,9 +46,9 @@ def main() -> None:
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="poa-mc-inline-")  # before numba is imported
 
     from bench_engine import reference_cell
-    from poa_mc.kernels import cpu
 
-    from poa_mc.engine import simulate
+    from poa_mc.engine.engine import simulate
+    from poa_mc.kernels import cpu
 
     if args.threshold is not None:
         cpu.INLINE_THRESHOLD["lean"] = args.threshold

@@ -1,4 +1,4 @@
-"""Coverage and false detection of the knee's interval (poa_mc.knee.knee_analysis), by simulation.
+"""Coverage and false detection of the knee's interval (poa_mc.stats.knee.knee_analysis), by simulation.
 
 For each curve, replica count R and noise level, `--trials` synthetic experiments: the noise-free
 latency curve on the paper's concurrency grid, times independent lognormal noise per (load point,
@@ -13,7 +13,7 @@ point has its own random streams). Each experiment goes through knee_analysis (n
   noise-free curve is not detected): the false-detection rate.
 
 With --ref REV the same experiments (same data, same bootstrap seeds) also go through
-poa_mc/knee.py as of git revision REV, for a before/after table.
+poa_mc/stats/knee.py as of git revision REV, for a before/after table.
 
     python3 bench/knee_coverage.py --trials 400 --ref b67204f   # before: the commit before issue 46
     python3 bench/knee_coverage.py --trials 100 --replicas 4,8          # a quick look
@@ -36,8 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from poa_mc import knee as knee_now  # noqa: E402
-from poa_mc.theory import mva_single_queue  # noqa: E402
+from poa_mc.stats import knee as knee_now  # noqa: E402
+from poa_mc.stats.theory import mva_single_queue  # noqa: E402
 
 GRID = np.array([1, 2, 4, 8, 16, 32, 64, 80, 96, 112, 128, 144, 160, 192, 256, 384, 512], dtype=np.float64)
 
@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--noise", default="0.05,0.2")
     ap.add_argument("--curves", default=",".join(CURVES))
     ap.add_argument("--n-boot", type=int, default=1000)
-    ap.add_argument("--ref", help="git revision whose poa_mc/knee.py is the 'before'")
+    ap.add_argument("--ref", help="git revision whose poa_mc/stats/knee.py is the 'before'")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=46)
     ap.add_argument("--json", help="also write the raw results here")
@@ -119,7 +119,7 @@ def main() -> None:
     ref_source = None
     if a.ref:
         ref_source = subprocess.run(
-            ["git", "show", f"{a.ref}:poa_mc/knee.py"], cwd=ROOT, check=True, capture_output=True, text=True
+            ["git", "show", f"{a.ref}:poa_mc/stats/knee.py"], cwd=ROOT, check=True, capture_output=True, text=True
         ).stdout
     names = a.curves.split(",")
     cells = [

@@ -1,4 +1,4 @@
-"""Coverage of PoA_PD's 95% interval (poa_mc.games.poa_pd_interval) on synthetic splits with a known
+"""Coverage of PoA_PD's 95% interval (poa_mc.stats.games.poa_pd_interval) on synthetic splits with a known
 answer, against the interval reduce gave before (z = 1.96 on the equilibrium over the estimated
 optimum, [1, 1] whenever the two are the same split):
 
@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from poa_mc import games
-from poa_mc.estimators import _t_quantile
+from poa_mc.stats import games
+from poa_mc.stats.estimators import _t_quantile
 
 COSTS = (1.30, 1.00, None, 1.15, 1.40)
 EQ = 2

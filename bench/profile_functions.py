@@ -1,4 +1,4 @@
-"""Where the reference cell's time goes, by kernel function: a copy of kernels/ with the per-event
+"""Where the reference cell's time goes, by kernel function: a copy of poa_mc/kernels/ with the per-event
 inlining off (so that every function is its own symbol) runs the cell of bench_engine.py on one
 thread, writes /tmp/perf-<pid>.map naming every compiled function, and profiles itself with
 `perf record`; prints each function's and each module's share of the samples.
@@ -31,13 +31,13 @@ INLINE = '_JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="a
 
 
 def load_kernels_without_inlining(tmp: Path, inlined: bool = False) -> object:
-    """kernels/ copied into tmp with _JIT_INLINE = _JIT (unless `inlined`), imported as poa_mc.kernels."""
+    """poa_mc/kernels/ copied into tmp with _JIT_INLINE = _JIT (unless `inlined`), imported as poa_mc.kernels."""
     src = tmp / "kernels"
-    shutil.copytree(HERE.parent / "kernels", src, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(HERE.parent / "poa_mc" / "kernels", src, ignore=shutil.ignore_patterns("__pycache__"))
     cpu = src / "cpu.py"
     text = cpu.read_text()
     if INLINE not in text:
-        sys.exit("kernels/cpu.py no longer defines _JIT_INLINE as this script expects")
+        sys.exit("poa_mc/kernels/cpu.py no longer defines _JIT_INLINE as this script expects")
     if not inlined:
         cpu.write_text(text.replace(INLINE, "_JIT_INLINE = _JIT"))
     os.environ["NUMBA_CACHE_DIR"] = str(tmp / "numba")
@@ -105,7 +105,7 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
     from bench_engine import reference_cell
 
-    from poa_mc.engine import simulate
+    from poa_mc.engine.engine import simulate
 
     kw = dict(replicas=64, requests=2000, warmup=200, seed=1, stream=0, parallel=False)
     simulate(reference_cell(), **kw)  # compiles

@@ -106,7 +106,7 @@ def _short_path(where: str) -> str:
     return f"{name}:{n}"
 
 
-KERNEL_DIR = HERE.parent / "kernels"  # the profiled package's (another commit's, under bench/at_commit.py)
+KERNEL_DIR = HERE.parent / "poa_mc" / "kernels"  # the profiled package's (another commit's, under bench/at_commit.py)
 KERNEL_FILES: list[str] = []
 
 
@@ -163,7 +163,7 @@ def _cell(grid: str | None, index: int) -> tuple:
         from bench_engine import reference_cell
 
         return reference_cell(), dict(replicas=64, requests=2000, warmup=200, seed=1, stream=0)
-    from poa_mc.cli.main import load_grid_arg
+    from poa_mc.cli.common import load_grid_arg
 
     g = load_grid_arg(grid)
     cell = g.cells()[index]
@@ -174,9 +174,8 @@ def _cell(grid: str | None, index: int) -> tuple:
 def child(seconds: float, grid: str | None, index: int) -> None:
     """The profiled process: load the kernels, print the event loop's address, run the cell."""
     sys.path.insert(0, str(HERE))
+    from poa_mc.engine.engine import simulate
     from poa_mc.kernels import cpu  # compiles nothing yet
-
-    from poa_mc.engine import simulate
 
     spec, sizes = _cell(grid, index)
     _set_kernels(Path(cpu.__file__).parent)
@@ -213,7 +212,7 @@ def main() -> int:
     child_cmd = [sys.executable, __file__, "--child", *where_from, "--seconds"]
     # a process that compiles runs its own copy of the event loop, not the one the cache holds:
     # compile (or find the cache) in a process of its own, then profile one that loads the cache.
-    # Always: the cache folder may hold another source's build only (kernels/*.py changed)
+    # Always: the cache folder may hold another source's build only (poa_mc/kernels/*.py changed)
     print("compiling the profiling build if its cache lacks it (about two minutes)", file=sys.stderr)
     subprocess.run([*child_cmd, "0"], input="go\n", text=True, env=env, check=True, stdout=subprocess.DEVNULL)
     proc = subprocess.Popen(

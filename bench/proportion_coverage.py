@@ -1,4 +1,4 @@
-"""Coverage of the cluster Clopper-Pearson share interval (poa_mc.proportions) on beta-binomial
+"""Coverage of the cluster Clopper-Pearson share interval (poa_mc.stats.proportions) on beta-binomial
 replicas (200 trials each, intra-replica correlation 0.05), 2,000 cells a case:
 
     python bench/proportion_coverage.py
@@ -10,7 +10,7 @@ import numpy as np
 
 
 def main() -> None:
-    from poa_mc.proportions import proportion_interval
+    from poa_mc.stats.proportions import proportion_interval
 
     for p, reps in ((0.3, 8), (0.3, 32), (0.9, 4), (0.02, 32), (0.02, 8), (0.005, 16)):
         rng = np.random.default_rng(7)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from poa_mc import ptx  # noqa: E402
+from poa_mc.engine import ptx  # noqa: E402
 from tests.every_path import cells  # noqa: E402
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
 
 def _cell(

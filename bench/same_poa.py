@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import REGIMES  # noqa: E402
 from same_results import main, policy_cells, table_cells, tier_cells  # noqa: E402
 
-from poa_mc.accumulate import accumulate  # noqa: E402
-from poa_mc.engine import simulate  # noqa: E402
+from poa_mc.engine.engine import simulate
+from poa_mc.stats.accumulate import accumulate  # noqa: E402
 
 SETTINGS = {  # the flavours the kernels solve, and two they leave to the host
     "router": {"window": 8},

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from regimes import REGIMES  # noqa: E402
 
-from poa_mc.engine import simulate  # noqa: E402
+from poa_mc.engine.engine import simulate
 
 
 def tier_cells() -> dict[str, object]:
@@ -28,7 +28,7 @@ def tier_cells() -> dict[str, object]:
     leaves them bit-identical did not move the tiers' model."""
     from dataclasses import replace
 
-    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
     wl = WorkloadSpec(isl=Dist("uniform", low=64, high=1800), osl=Dist("fixed", 24), prefix_groups=24,
                       popularity="zipf", zipf_alpha=0.9, prefix_ratio=0.6, concurrency=6)  # fmt: skip
@@ -46,7 +46,7 @@ def tier_cells() -> dict[str, object]:
 def policy_cells() -> dict[str, object]:
     """Every candidate-picking policy on each flow (kv also at temperature 0.7): a change that
     leaves them bit-identical did not move router.py's choices or their random draws."""
-    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
     wl = WorkloadSpec(isl=Dist("uniform", low=256, high=2048), osl=Dist("fixed", 16), prefix_groups=8,
                       prefix_ratio=0.5, concurrency=24)  # fmt: skip
@@ -66,7 +66,7 @@ def table_cells() -> dict[str, object]:
     """Cells of the paper preset (an aiconfigurator table's timing, the adaptive controller, the
     oracle) over its range of loads: a change that leaves them bit-identical did not move the
     tables' interpolation."""
-    from poa_mc.cli.main import load_grid_arg
+    from poa_mc.cli.common import load_grid_arg
 
     cells = load_grid_arg("paper-70b-1p5d").cells()
     picks = [c for c in cells if c.spec.workload.concurrency in (1, 64, 512)]

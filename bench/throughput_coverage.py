@@ -1,7 +1,7 @@
 """Open-loop throughput against the arrival rate: bias and coverage of throughput_rps's interval.
 
 M/M/1 (1 ms exponential service) at loads 0.6, 0.9 and 0.95, CELLS independent cells of 16
-replicas x 400 measured requests after the relaxation rule's warm-up (poa_mc.warmup); for each
+replicas x 400 measured requests after the relaxation rule's warm-up (poa_mc.stats.warmup); for each
 load, the mean relative error over cells and how many cells' 95% intervals hold the arrival rate,
 for the completions over the measured arrivals' window (today's estimator) and for Little's law
 over a window that ends at the last measured completion (the estimator before):
@@ -18,11 +18,11 @@ import numpy as np
 
 
 def main() -> None:
-    from poa_mc.accumulate import accumulate
-    from poa_mc.engine import simulate
-    from poa_mc.estimators import ratio_interval
-    from poa_mc.reduce import _request_rate
-    from poa_mc.warmup import check
+    from poa_mc.engine.engine import simulate
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.reduce import _request_rate
+    from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
 
     ap = argparse.ArgumentParser()

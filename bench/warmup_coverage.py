@@ -1,5 +1,5 @@
 """Mean TTFT of M/M/1 at load 0.9 started empty, with the default warm-up and with the warm-up
-rule's (poa_mc.warmup): the mean over cells against the closed form 1 / (mu - lam) = 100 ms and
+rule's (poa_mc.stats.warmup): the mean over cells against the closed form 1 / (mu - lam) = 100 ms and
 how many cells' 95% t-intervals hold it (64 replicas x 1,000 requests a cell, 60 cells):
 
     PYTHONPATH=. python bench/warmup_coverage.py
@@ -11,8 +11,8 @@ import numpy as np
 
 
 def main() -> None:
-    from poa_mc.estimators import t_interval
-    from poa_mc.warmup import check
+    from poa_mc.stats.estimators import t_interval
+    from poa_mc.stats.warmup import check
     from tests.test_warmup import mm1_sojourn
 
     rng = np.random.default_rng(11)

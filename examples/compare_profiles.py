@@ -1,5 +1,5 @@
 """Roofline, dynamo-mocker and aic (aiconfigurator) timing on the same points, through the
-notebook API (poa_mc.profiles.load): prints a table and draws docs/img/profiles.png.
+notebook API (poa_mc.model.profiles.load): prints a table and draws docs/img/profiles.png.
 
     python examples/compare_profiles.py [--out docs/img/profiles.png]
 """
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poa_mc.profiles import load  # noqa: E402
+from poa_mc.model.profiles import load  # noqa: E402
 
 PROFILES = {
     "dynamo-mocker": "dynamo-mocker (Dynamo's synthetic polynomial)",
@@ -68,7 +68,7 @@ def main() -> None:
     a.grid(alpha=0.3, which="both")
     b.grid(alpha=0.3)
     b.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Timing profiles on the same points (poa_mc.profiles.load; aic tables: aiconfigurator 0.12.0)")
+    fig.suptitle("Timing profiles on the same points (poa_mc.model.profiles.load; aic tables: aiconfigurator 0.12.0)")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print("wrote", args.out)

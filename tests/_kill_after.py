@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from poa_mc import runner
+from poa_mc.run import runner
 
 kill_after = int(sys.argv[1])
 real = runner._default_simulate()

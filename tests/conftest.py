@@ -8,7 +8,7 @@ import pytest
 # the CUDA simulator multiplies uint64 on numpy scalars, which warns on the intended wrap-around
 warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
 os.environ.setdefault("MPLBACKEND", "Agg")
-# runs in the tests must not teach `poa-mc validate` this machine's speed (poa_mc/speed.py)
+# runs in the tests must not teach `poa-mc validate` this machine's speed (poa_mc/run/speed.py)
 os.environ.setdefault("POA_MC_SPEED_FILE", os.path.join(tempfile.mkdtemp(prefix="poa-mc-speed-"), "speed.json"))
 
 

@@ -7,9 +7,18 @@ under another target or check
 
 from __future__ import annotations
 
-from poa_mc.config import loads_grid
-from poa_mc.profiles import resolve_profile
-from poa_mc.spec import CellSpec, ClientSpec, ClusterSpec, ControllerSpec, Dist, PlannerSpec, PolicySpec, WorkloadSpec
+from poa_mc.model.config import loads_grid
+from poa_mc.model.profiles import resolve_profile
+from poa_mc.model.spec import (
+    CellSpec,
+    ClientSpec,
+    ClusterSpec,
+    ControllerSpec,
+    Dist,
+    PlannerSpec,
+    PolicySpec,
+    WorkloadSpec,
+)
 
 # (flow, policy, event delay, decode kv blocks, temperature, transfer ms, osl): the decode kv
 # blocks of 30 and 60 put decode workers under KV pressure (preemption), the temperature samples

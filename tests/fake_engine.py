@@ -1,4 +1,4 @@
-"""A stand-in for poa_mc.engine.simulate with the same signature and result shapes.
+"""A stand-in for poa_mc.engine.engine.simulate with the same signature and result shapes.
 
 Deterministic in (seed, stream, replica), so common random numbers and resume tests behave as
 with the real engine; latencies grow with load per worker and the kv policy herds a little.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poa_mc.spec import CellSpec
+from poa_mc.model.spec import CellSpec
 
 
 @dataclass

@@ -7,13 +7,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from poa_mc import engine, sketch
-from poa_mc.accumulate import accumulate, from_frame
-from poa_mc.config import loads_grid
-from poa_mc.reduce import reduce_run
-from poa_mc.runner import run_grid
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
-from poa_mc.store import RunDirError
+from poa_mc.engine import engine
+from poa_mc.io.store import RunDirError
+from poa_mc.model.config import loads_grid
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.run.runner import run_grid
+from poa_mc.stats import sketch
+from poa_mc.stats.accumulate import accumulate, from_frame
+from poa_mc.stats.reduce import reduce_run
 
 SPEC = CellSpec(
     cluster=ClusterSpec(n_prefill=1, n_decode=3, flow="prefill_first"),
@@ -54,7 +55,7 @@ def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
         assert (streamed.acc[f"hist_{m}_lo"] == bins.min()).all()
         assert streamed.acc[f"hist_{m}"].shape == (RUN["replicas"], bins.max() - bins.min() + 1)
     assert np.isfinite(ref["poa_opt"]).all() and ref["poa_windows"][0] == RUN["requests"] // POA["window"]
-    # each replica tallied in the kernels as it ends (kernels/tally.py): the same bits again
+    # each replica tallied in the kernels as it ends (poa_mc/kernels/tally.py): the same bits again
     tallied = engine.simulate(SPEC, **RUN, keep=0, reduce=_reducer(SPEC), tally=True, slo=SLO)
     assert set(tallied.acc) == set(ref)
     for k, v in ref.items():
@@ -212,7 +213,7 @@ def test_resume_with_other_poa_settings_reuses_what_it_can(runs, tmp_path):
 
 @pytest.mark.parametrize("rows", [0, 1, 5])
 def test_a_frame_keeps_the_histograms_whole_through_their_span(rows):
-    from poa_mc.accumulate import frame
+    from poa_mc.stats.accumulate import frame
 
     rng = np.random.default_rng(rows)
     hist = {m: np.zeros((rows, sketch.NBINS), dtype=np.int32) for m in ("ttft", "e2e", "itl")}

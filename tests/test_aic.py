@@ -1,4 +1,4 @@
-"""poa_mc.aic against aiconfigurator itself (skipped without the `aic` extra), and its node choice."""
+"""poa_mc.model.aic against aiconfigurator itself (skipped without the `aic` extra), and its node choice."""
 
 import sys
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from poa_mc.aic import select_nodes
+from poa_mc.model.aic import select_nodes
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "data" / "profiles"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "poa_mc" / "data" / "profiles"))
 from check_aic import errors  # noqa: E402
 from make_aic import SHIPPED  # noqa: E402
 
@@ -25,7 +25,7 @@ def test_select_nodes_keeps_a_step_and_drops_a_line():
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_tables_reproduce_aiconfigurator_off_their_grid(name):
     pytest.importorskip("aiconfigurator_core")
-    # the first 100 prefill and 40 decode points of data/profiles/check_aic.py's sample
+    # the first 100 prefill and 40 decode points of poa_mc/data/profiles/check_aic.py's sample
     # (docs/profiles.md gives all 300 and 600): within 3% of aiconfigurator made monotone
     for stage, (mono, raw) in errors(name, 100, 40).items():
         assert mono.max() < 0.03, (stage, mono.max())

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from poa_mc.cli.main import main
 
+from poa_mc.cli.main import main
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -24,9 +24,9 @@ def grid_file(tmp_path):
 
 @pytest.fixture()
 def fake(monkeypatch):
-    import poa_mc.runner
+    import poa_mc.run.runner
 
-    monkeypatch.setattr(poa_mc.runner, "_default_simulate", lambda: fake_engine.simulate)
+    monkeypatch.setattr(poa_mc.run.runner, "_default_simulate", lambda: fake_engine.simulate)
 
 
 def invoke(*args):
@@ -189,22 +189,22 @@ def test_out_under_a_file_or_unwritable(grid_file, tmp_path, fake, monkeypatch):
     r = invoke("run", "--grid", grid_file, "--out", afile / "sub")
     errors = [ln for ln in r.output.splitlines() if not ln.startswith("warning:")]
     assert r.exit_code == 2 and len(errors) == 1 and "is a file, not a directory" in errors[0]
-    import poa_mc.runner
+    import poa_mc.run.runner
 
     # root ignores permission bits, so a read-only file system is simulated where it is detected
-    monkeypatch.setattr(poa_mc.runner.os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(poa_mc.run.runner.os, "access", lambda *a, **k: False)
     out = tmp_path / "ro" / "out"
     r = invoke("run", "--grid", grid_file, "--out", out)
     assert r.exit_code == 2 and "not writable" in r.output
     assert not (tmp_path / "ro").exists()
     # permission bits that say yes on a file system that says no (a read-only mount): the probe
     # folder check_out_dir tries to create is what finds out
-    monkeypatch.setattr(poa_mc.runner.os, "access", lambda *a, **k: True)
+    monkeypatch.setattr(poa_mc.run.runner.os, "access", lambda *a, **k: True)
 
     def read_only(*a, **k):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(poa_mc.runner.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(poa_mc.run.runner.tempfile, "mkdtemp", read_only)
     r = invoke("run", "--grid", grid_file, "--out", out)
     errors = [ln for ln in r.output.splitlines() if not ln.startswith("warning:")]
     assert r.exit_code == 2 and len(errors) == 1 and "Read-only file system" in errors[0], r.output
@@ -284,7 +284,7 @@ def test_resume_removes_a_dead_writers_temporary_file(grid_file, tmp_path, fake)
     assert invoke("run", "--grid", grid_file, "--out", out, "-q", "--shard", "0/2").exit_code == 0
     cell = next(out.glob("samples/cell_id=*"))
     stale = [cell / ".part.parquet.99999999.tmp"]  # an older name, and a dead pid on this host
-    from poa_mc.store import _HOST
+    from poa_mc.io.store import _HOST
 
     stale.append(cell / f".part.parquet.{_HOST}.99999999.tmp")
     alive = cell / f".part.parquet.otherhost.{os.getpid()}.tmp"  # another host's shard: not ours to delete
@@ -312,9 +312,9 @@ def test_validate_prints_the_expected_time_from_the_measured_speed(grid_file, tm
     monkeypatch.setenv("POA_MC_SPEED_FILE", str(tmp_path / "speed.json"))
     r = invoke("validate", grid_file)
     assert r.exit_code == 0 and "no run timed on this machine" in r.output and "cost units" not in r.output
-    from poa_mc import speed
-    from poa_mc.config import load_grid
-    from poa_mc.grid import estimate_cost
+    from poa_mc.model.config import load_grid
+    from poa_mc.model.grid import estimate_cost
+    from poa_mc.run import speed
 
     grid = load_grid(grid_file)
     work = sum(estimate_cost(c, grid.run) for c in grid.cells())

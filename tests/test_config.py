@@ -1,12 +1,13 @@
 import pytest
 
-from poa_mc.config import ConfigError, load_grid, loads_grid
-from poa_mc.spec import Dist
+from poa_mc.model.config import load_grid, loads_grid
+from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec import Dist
 from tests.grids_for_tests import SMALL
 
 
 def test_quickstart_loads_and_expands():
-    from poa_mc.cli.main import builtin_grids
+    from poa_mc.cli.common import builtin_grids
 
     grid = load_grid(builtin_grids()["quickstart"])
     assert grid.run.name == "quickstart"
@@ -124,7 +125,7 @@ def test_to_dict_is_json_and_complete():
 
 
 def test_warmup_below_twice_the_concurrency_is_warned_not_refused():
-    from poa_mc.config import grid_warnings
+    from poa_mc.model.config import grid_warnings
 
     low = loads_grid(SMALL.replace("warmup = ", "warmup = 0 #"))
     assert any("run.warmup" in w for w in grid_warnings(low))
@@ -133,7 +134,7 @@ def test_warmup_below_twice_the_concurrency_is_warned_not_refused():
 
 
 def test_controller_table_reaches_adaptive_policies_only():
-    from poa_mc.config import loads_grid
+    from poa_mc.model.config import loads_grid
 
     text = """
 [grid]
@@ -169,7 +170,8 @@ saturated = { temperature = 0.9 }
     ],
 )
 def test_bad_controller_keys_are_named(table, path):
-    from poa_mc.config import ConfigError, loads_grid
+    from poa_mc.model.config import loads_grid
+    from poa_mc.model.sections import ConfigError
 
     text = f"""
 [grid]
@@ -187,7 +189,7 @@ kind = "adaptive"
 
 
 def test_paper_presets_load_on_the_prefill_first_path():
-    from poa_mc.cli.main import builtin_grids
+    from poa_mc.cli.common import builtin_grids
 
     for name in ("paper-70b-1p2d", "paper-70b-1p5d", "paper-340b-1p2d"):
         grid = load_grid(builtin_grids()[name])
@@ -213,6 +215,7 @@ def test_a_decode_step_that_falls_with_load_is_refused_naming_its_key(tmp_path):
     assert _err(SMALL + bad.replace("d2 = -40.0\nd1 = 50.0", "d2 = 0.0\nd1 = -1.0")).path == "profile.d1"
     loads_grid(SMALL + bad.replace("d2 = -40.0", "d2 = -25.0"))  # flat at u = 1: accepted
     from click.testing import CliRunner
+
     from poa_mc.cli.main import main
 
     grid = tmp_path / "bad.toml"
@@ -348,9 +351,8 @@ def test_a_trace_that_is_not_gzip_names_the_file(tmp_path):
 
 
 def test_the_agentic_tiers_preset_compares_g1_alone_with_three_tiers():
-    from poa_mc.cli.main import builtin_grids
-
-    from poa_mc.config import load_grid
+    from poa_mc.cli.common import builtin_grids
+    from poa_mc.model.config import load_grid
 
     grid = load_grid(builtin_grids()["agentic-tiers"])
     labels = [t.label for t in grid.topologies]
@@ -403,7 +405,7 @@ def test_a_misspelt_run_key_still_gets_a_suggestion():
 def test_a_copied_preset_writes_under_runs_of_its_name(tmp_path):
     """No built-in grid names its own folder: a preset copied elsewhere and run from there writes
     under runs/<its [run] name>, relative to where it runs, never into the package's data."""
-    from poa_mc.cli.main import builtin_grids
+    from poa_mc.cli.common import builtin_grids
 
     for name, path in builtin_grids().items():
         copy = tmp_path / f"my-{name}.toml"

@@ -2,7 +2,7 @@ import io
 
 import polars as pl
 
-from poa_mc.console import MAX_TABLE_ROWS, RunConsole, print_results
+from poa_mc.run.console import MAX_TABLE_ROWS, RunConsole, print_results
 
 
 def _summary(replicas: int, n: int = 2) -> pl.DataFrame:
@@ -90,7 +90,7 @@ def test_summarising_progress_on_a_terminal_is_a_bar_without_a_simulating_one():
 
 
 def test_summary_notes_name_a_short_warmup_and_identical_replicas():
-    from poa_mc.console import summary_notes
+    from poa_mc.run.console import summary_notes
 
     summary = pl.DataFrame(
         {

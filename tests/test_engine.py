@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from poa_mc.engine import EngineError, pack_params, simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.engine.engine import EngineError, pack_params, simulate
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 
 
 def cell(flow="prefill_first", n_p=1, n_d=2, policy="kv", **wl) -> CellSpec:
@@ -96,7 +96,7 @@ def test_batches_reduce_one_at_a_time_in_order_beside_the_next_and_errors_surfac
     time, batches in replica order, each reduction's result kept, and its error raised."""
     import threading
 
-    from poa_mc import engine
+    from poa_mc.engine import engine
 
     spec = cell("prefill_first", n_p=1, n_d=2)
     whole = simulate(spec, **RUN)
@@ -133,7 +133,7 @@ def test_overlap_leaves_the_last_reduction_running(monkeypatch):
     and raises its error), and a later call's first reduction starts only after `after` ended."""
     import threading
 
-    from poa_mc import engine
+    from poa_mc.engine import engine
 
     spec = cell("prefill_first", n_p=1, n_d=2)
     whole = simulate(spec, **RUN)
@@ -253,7 +253,7 @@ def test_global_cache_pools_the_prefill_workers_blocks():
 
 
 def _planner_cell(n_p, n_d, *, ttft_ms=1e9, itl_ms=1e9, interval_ms=2000.0, startup_ms=0.0):
-    from poa_mc.spec import PlannerSpec
+    from poa_mc.model.spec import PlannerSpec
 
     spec = cell(
         n_p=n_p, n_d=n_d, concurrency=24, isl=Dist("uniform", low=256, high=3000), osl=Dist("uniform", low=8, high=96)
@@ -297,7 +297,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
     script = textwrap.dedent("""
         import warnings, numpy as np
         warnings.filterwarnings("ignore")
-        from poa_mc.engine import simulate
+        from poa_mc.engine.engine import simulate
         from tests.every_path import cells, trace_cells
         for flow, pol, dkv, spec in cells():
             kw = dict(replicas=3, requests=25, warmup=5, seed=5, stream=1)
@@ -313,13 +313,13 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
             if pol in ("kv", "adaptive", "planner") and flow == "prefill_first":
                 # the streaming reduction: the same accumulators from either target, nothing kept
                 import dataclasses
-                from poa_mc.accumulate import accumulate
+                from poa_mc.stats.accumulate import accumulate
                 poa = {"window": 4, "cost": "router", "pricing": "slot"}
                 red = lambda c, rep, lg, d=dataclasses.asdict(spec): accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
                 sa = simulate(spec, backend="cpu", keep=0, reduce=red, **kw)
                 sb = simulate(spec, backend="cuda", keep=0, reduce=red, **kw)
-                # and each replica tallied on the device (kernels/tally.py) equals the host's tally, its
-                # PoA-hat windows solved there (kernels/poa_hat.py) the host's sums
+                # and each replica tallied on the device (poa_mc/kernels/tally.py) equals the host's tally, its
+                # PoA-hat windows solved there (poa_mc/kernels/poa_hat.py) the host's sums
                 tl = dict(tally=True, slo={"ttft_ms": 50.0}, poa=poa)
                 sc = simulate(spec, backend="cuda", keep=0, reduce=red, **tl, **kw)
                 assert sa.acc and set(sa.acc) == set(sb.acc) == set(sc.acc), pol
@@ -476,7 +476,7 @@ def test_a_prefill_worker_short_of_blocks_starts_when_its_kv_copy_is_released():
 
 
 def test_the_lean_build_gives_the_full_builds_results(monkeypatch):
-    # cells without lower tiers or a trace run the lean build (kernels/source.py, the tier and
+    # cells without lower tiers or a trace run the lean build (poa_mc/kernels/source.py, the tier and
     # trace branches compiled out); the full build must give them the same results, bit for bit
     from poa_mc.kernels import cpu
 
@@ -497,7 +497,10 @@ def test_the_lean_build_gives_the_full_builds_results(monkeypatch):
 def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkeypatch):
     """Without an NVIDIA device file (Linux) `auto` is the CPU without importing numba.cuda (75-155
     ms of a run's start); where one exists, or under CUDA's simulator, numba.cuda is asked."""
-    code = "import sys; from poa_mc.engine import resolve_backend as r; print(r('auto'), 'numba.cuda' in sys.modules)"
+    code = (
+        "import sys; from poa_mc.engine.engine import resolve_backend as r; "
+        "print(r('auto'), 'numba.cuda' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     if sys.platform.startswith("linux") and not any(
         map(os.path.exists, ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"))
@@ -505,8 +508,7 @@ def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkey
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["cpu", "False"]
     import poa_mc.kernels as kernels
-
-    from poa_mc import engine
+    from poa_mc.engine import engine
 
     asked = []
     monkeypatch.setattr(kernels, "cuda_available", lambda: asked.append(1) or True)

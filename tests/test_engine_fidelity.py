@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import EngineError, simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, NWI, RI_DECIDE, WI_AB
-
-from poa_mc.engine import EngineError, simulate
-from poa_mc.profiles import resolve_profile
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+from poa_mc.model.profiles import resolve_profile
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 DET = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.0, decode_ms=1.0)
 
@@ -107,7 +107,7 @@ def test_closed_form_decode_equals_step_by_step_under_preemption(flow):
 @pytest.mark.parametrize("decode_kv_blocks", [24, 0])
 def test_passes_planned_from_decode_ends_sums_equal_step_by_step(flow, profile, decode_kv_blocks):
     """decode_end leaves the running set's sums for the next plan_decode, which then scans only
-    what it admitted (kernels/decode.py, WI_AGG_*); step by step (naive_decode) every pass scans
+    what it admitted (poa_mc/kernels/decode.py, WI_AGG_*); step by step (naive_decode) every pass scans
     the whole set. A sum off by one token moves a step's time by far more than the tolerance.
     Under KV pressure (preemptions) and with ample memory, in every flow, on the polynomial and on
     a table."""

@@ -11,8 +11,8 @@ from math import factorial
 import numpy as np
 import pytest
 
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
 
 Z = 4.0
 

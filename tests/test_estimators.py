@@ -7,8 +7,9 @@ import pytest
 from scipy import stats
 from scipy.optimize import linear_sum_assignment
 
-from poa_mc import estimators
-from poa_mc.estimators import (
+from poa_mc.model.spec import ProfileSpec
+from poa_mc.stats import estimators
+from poa_mc.stats.estimators import (
     bootstrap_mean_interval,
     counterfactual_poa,
     freeze_load,
@@ -24,7 +25,6 @@ from poa_mc.estimators import (
     window_opt,
     windowed_poa,
 )
-from poa_mc.spec import ProfileSpec
 
 THEORY = ProfileSpec(name="exp", kind="exponential", prefill_ms=10.0, decode_ms=1.0)
 
@@ -438,7 +438,7 @@ def test_slot_pricing_hungarian_equals_brute_force():
 
 
 def test_compiled_router_pricing_equals_the_generic_one_bit_for_bit():
-    from poa_mc.estimators import slot_priced_opt
+    from poa_mc.stats.estimators import slot_priced_opt
 
     rng = np.random.default_rng(5)
     w, n, k, slots = 40, 8, 3, 8
@@ -779,8 +779,8 @@ def test_counterfactual_poa_covers_and_detects_one_clear_best():
 def test_social_costs():
     import dataclasses
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.spec import ClusterSpec
+    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.stats.accumulate import accumulate
 
     ttft = np.array([[1.0, 3.0], [2.0, 2.0]])
     e2e = ttft + 10
@@ -879,7 +879,7 @@ def test_requests_done_before_the_next_decision_leave_nothing_to_coordinate():
 
 
 def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
-    from poa_mc.estimators import recomputed_tokens
+    from poa_mc.stats.estimators import recomputed_tokens
 
     p = ProfileSpec()
     isl = np.array([[4096, 4100]])
@@ -893,8 +893,8 @@ def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
 
 
 def test_an_aic_profile_is_priced_from_its_table():
-    from poa_mc.estimators import predicted_ttft_ms
-    from poa_mc.profiles import load, resolve_profile
+    from poa_mc.model.profiles import load, resolve_profile
+    from poa_mc.stats.estimators import predicted_ttft_ms
 
     p = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
     t = load("aic-b200-llama70b-fp8-tp4-vllm")
@@ -952,7 +952,7 @@ def test_the_step_flavours_compiled_from_a_table_equal_the_generic_path_to_the_b
     """The prefill_first decode decision's step flavours price whole block counts: compiled from a
     table of predicted_step_ms (_step_table), they give the generic path's ACTUAL and OPT to the
     bit, in a given decision order too; a count off the table falls back to the generic path."""
-    from poa_mc.profiles import resolve_profile
+    from poa_mc.model.profiles import resolve_profile
 
     rng = np.random.default_rng(5)
     r, n, k, window = 4, 64, 5, 8
@@ -1033,9 +1033,9 @@ def test_p99_social_cost_is_the_cells_pooled_p99_and_pairs_policies_replica_by_r
     """social_cost = "p99_ttft": per replica a pseudo-value whose mean is the pooled P99 of all
     the cell's requests (not the mean of the replicas' own P99s), so the counterfactual PoA
     compares the cells' P99s; a policy that is the same one again gives exactly 1."""
-    from poa_mc import sketch
-    from poa_mc.estimators import counterfactual_poa, social_cost_per_replica
-    from poa_mc.quantiles import pooled_quantile
+    from poa_mc.stats import sketch
+    from poa_mc.stats.estimators import counterfactual_poa, social_cost_per_replica
+    from poa_mc.stats.quantiles import pooled_quantile
 
     rng = np.random.default_rng(8)
     x = rng.lognormal(3.0, 0.8, size=(16, 300)) * rng.lognormal(0.0, 0.3, size=(16, 1))

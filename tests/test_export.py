@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from poa_mc.cli.main import main
 
-from poa_mc.export import ExportError, export_run, flatten_for_csv
+from poa_mc.cli.main import main
+from poa_mc.io.export import ExportError, export_run, flatten_for_csv
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -21,14 +21,14 @@ TABLES = ("summary", "poa", "cells")
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A small complete run (8 cells, 1P/2D and 1P/3D: candidate arrays of two widths) from the fake engine."""
-    import poa_mc.runner
+    import poa_mc.run.runner
 
     tmp = tmp_path_factory.mktemp("export")
     grid = tmp / "small.toml"
     grid.write_text(SMALL)
     out = tmp / "run"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(poa_mc.runner, "_default_simulate", lambda: fake_engine.simulate)
+        mp.setattr(poa_mc.run.runner, "_default_simulate", lambda: fake_engine.simulate)
         r = CliRunner().invoke(main, ["run", "--grid", str(grid), "--out", str(out), "-q"])
     assert r.exit_code == 0, r.output
     return out
@@ -174,12 +174,12 @@ def test_no_summary_is_bad_input(run_dir, tmp_path):
 
 
 def test_failure_midway_leaves_nothing(run_dir, tmp_path, monkeypatch):
-    import poa_mc.export
+    import poa_mc.io.export
 
     def boom(*_a, **_k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(poa_mc.export, "_write_samples", boom)
+    monkeypatch.setattr(poa_mc.io.export, "_write_samples", boom)
     fresh = tmp_path / "fresh"
     with pytest.raises(OSError):
         export_run(run_dir, fresh, "csv", samples=True)

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from poa_mc import figure_workers
-from poa_mc.config import loads_grid
-from poa_mc.figure_workers import FigureWorkers
-from poa_mc.plots import figure_names, plot_run
-from poa_mc.runner import run_grid
+from poa_mc.model.config import loads_grid
+from poa_mc.plots import figure_workers
+from poa_mc.plots.figure_workers import FigureWorkers
+from poa_mc.plots.plots import figure_names, plot_run
+from poa_mc.run.runner import run_grid
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -70,7 +70,7 @@ def test_workers_leave_when_their_input_closes_and_when_the_run_dies(tmp_path):
     script = textwrap.dedent(
         """
         import os, sys
-        from poa_mc.figure_workers import FigureWorkers
+        from poa_mc.plots.figure_workers import FigureWorkers
         w = FigureWorkers(2)
         print(" ".join(str(p.pid) for p in w._procs), flush=True)
         os.kill(os.getpid(), 9)

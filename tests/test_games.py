@@ -5,8 +5,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from poa_mc.config import ConfigError, loads_grid
-from poa_mc.games import (
+from poa_mc.model.config import loads_grid
+from poa_mc.model.sections import ConfigError
+from poa_mc.stats.games import (
     Ratio,
     best_response,
     cache_game_frame,
@@ -76,7 +77,7 @@ def _pd_summary(rng: np.random.Generator, social: list[float], replicas: int, lo
     and whose social cost `col` at each split is the mean of `replicas` replicas, each the true
     cost times 5% lognormal noise, independent across splits, with its 95% t-interval (as reduce
     writes e2e_mean_ms). A benefit column gets the value 1 / cost and its interval inverted."""
-    from poa_mc.estimators import _t_quantile
+    from poa_mc.stats.estimators import _t_quantile
 
     true = np.asarray(social)
     x = true[None, :, None] * np.exp(0.05 * rng.standard_normal((loads, true.size, replicas)))
@@ -133,7 +134,7 @@ def test_poa_pd_interval_on_a_benefit_column_matches_the_cost_column():
 
 
 def test_poa_pd_interval_by_hand():
-    from poa_mc.estimators import _t_ppf
+    from poa_mc.stats.estimators import _t_ppf
 
     # two splits, the equilibrium (0) estimated optimal by a hair: PoA_PD 1, and the interval's top
     # is the rival's upper bound (one rival: no Bonferroni), Welch df = 2 (r - 1) = 14 for equal ses
@@ -182,8 +183,7 @@ def test_games_pd_table_sets_the_topologies_and_is_validated():
 
 def test_a_pd_game_run_writes_its_table_plot_and_summary(tmp_path):
     from poa_mc.cli.main import main
-
-    from poa_mc.runner import run_grid
+    from poa_mc.run.runner import run_grid
 
     out = tmp_path / "run"
     report = run_grid(loads_grid(PD), out=out, simulate=fake_engine.simulate, quiet=True)
@@ -201,7 +201,7 @@ def test_a_pd_game_run_writes_its_table_plot_and_summary(tmp_path):
 
 
 def test_a_benefit_as_social_cost_is_maximised(tmp_path):
-    from poa_mc.runner import run_grid
+    from poa_mc.run.runner import run_grid
 
     text = PD + 'social_cost = "goodput_rps"\n\n[slo]\nttft_ms = 400.0\n'
     out = tmp_path / "run"
@@ -319,9 +319,9 @@ def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
     # fixed prompts: a worker's chain of a group is whole after its first request, and with ample
     # blocks and a long warm-up every worker holds every group before anything is measured, so
     # the selfish caches hit exactly what the pooled one does and PoA_KV's interval covers 1
-    from poa_mc.engine import simulate
-    from poa_mc.estimators import ratio_to_best
-    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.engine.engine import simulate
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.stats.estimators import ratio_to_best
 
     def cell(cache: str) -> CellSpec:
         return CellSpec(
@@ -347,8 +347,7 @@ def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
 
 def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
     from poa_mc.cli.main import main
-
-    from poa_mc.runner import run_grid
+    from poa_mc.run.runner import run_grid
 
     out = tmp_path / "run"
     report = run_grid(loads_grid(CACHE), out=out, simulate=fake_engine.simulate, quiet=True)
@@ -364,7 +363,7 @@ def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
         assert d["best_coordinated"][0] == min(("global", "hash"), key=costs.get)
         hits = summary.filter((pl.col("topology") == d["topology"][0]) & (pl.col("concurrency") == d["concurrency"][0]))
         assert sorted(hits["hit_rate"].to_list()) == sorted(d["hit_rate"].to_list())
-    from poa_mc.plots import cache_game_figure
+    from poa_mc.plots.plots import cache_game_figure
 
     fig = cache_game_figure(game)  # two panels (loads): PoA_KV on one y-scale, hit rates on another
     shared = fig.axes[0].get_shared_y_axes()
@@ -377,9 +376,8 @@ def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
 
 
 def test_game_presets_load():
-    from poa_mc.cli.main import builtin_grids
-
-    from poa_mc.config import load_grid
+    from poa_mc.cli.common import builtin_grids
+    from poa_mc.model.config import load_grid
 
     cache = load_grid(builtin_grids()["cache-game"])
     assert cache.cache_game.coordinated == ("hash", "global") and len(cache.topologies) == 8
@@ -437,8 +435,7 @@ def test_planner_runs_shares_reversals_and_final_split():
 
 def test_a_planner_run_writes_its_table_plot_and_summary(tmp_path):
     from poa_mc.cli.main import main
-
-    from poa_mc.runner import run_grid
+    from poa_mc.run.runner import run_grid
 
     text = PLANNER.replace("requests = 48", "requests = 600").replace("replicas = 6", "replicas = 3")
     out = tmp_path / "run"

@@ -1,7 +1,7 @@
 import pytest
 
-from poa_mc.config import loads_grid
-from poa_mc.grid import assign_shards, estimate_cost, parse_shard
+from poa_mc.model.config import loads_grid
+from poa_mc.model.grid import assign_shards, estimate_cost, parse_shard
 from tests.grids_for_tests import SMALL
 
 
@@ -64,8 +64,9 @@ def test_parse_shard():
 
 
 def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
-    from poa_mc.config import ConfigError, loads_grid
-    from poa_mc.grid import check_memory
+    from poa_mc.engine.engine import check_memory
+    from poa_mc.model.config import loads_grid
+    from poa_mc.model.sections import ConfigError
     from tests.grids_for_tests import SMALL
 
     grid = loads_grid(SMALL)
@@ -91,8 +92,9 @@ def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
 
 
 def test_check_memory_names_what_makes_a_replica_big():
-    from poa_mc.config import ConfigError, loads_grid
-    from poa_mc.grid import check_memory
+    from poa_mc.engine.engine import check_memory
+    from poa_mc.model.config import loads_grid
+    from poa_mc.model.sections import ConfigError
     from tests.grids_for_tests import SMALL
 
     grid = loads_grid(SMALL.replace('["1P/2D", "1P/3D"]', '["1P/3000000D"]'))

@@ -1,14 +1,14 @@
-"""The batch router's joint assignment (kernels/batch.py) against brute force."""
+"""The batch router's joint assignment (poa_mc/kernels/batch.py) against brute force."""
 
 import itertools
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NP_I, NRF, NSI, NWI, P_B, P_BATCH_N, P_ND, P_NP, P_Q, SI_ISL, WI_AB, WI_QN
-
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
 
 B = cpu._K.batch
 BS = 64

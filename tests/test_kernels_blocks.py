@@ -1,12 +1,12 @@
-"""Unit tests of kernels/blocks.py's block counts, called through the CPU build."""
+"""Unit tests of poa_mc/kernels/blocks.py's block counts, called through the CPU build."""
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NP_I, P_B, P_BSHIFT
-
-from poa_mc.engine import pack_params
-from poa_mc.spec import CellSpec, ClusterSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec
 
 K = cpu._K.blocks
 

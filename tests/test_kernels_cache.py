@@ -1,6 +1,7 @@
-"""Unit tests of kernels/cache.py, called through the CPU build (vLLM's block-pool LRU)."""
+"""Unit tests of poa_mc/kernels/cache.py, called through the CPU build (vLLM's block-pool LRU)."""
 
 import numpy as np
+
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, NWI, RI_EVN, RI_MERGES, WI_AN, WI_FREE, WI_USED
 

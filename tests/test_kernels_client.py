@@ -1,4 +1,4 @@
-"""kernels/client.py: the load generator's connection pool and overhead, on hand-worked timelines.
+"""poa_mc/kernels/client.py: the load generator's connection pool and overhead, on hand-worked timelines.
 
 One prefill worker serving one request per pass in exactly 10 ms (the deterministic profile), a
 decode step of 0 ms and one output token: a request's server time is its wait for the prefill
@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poa_mc.config import ConfigError, loads_grid
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClientSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec import CellSpec, ClientSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 
 
 def _cell(client: ClientSpec | None, concurrency: int = 4, **wl) -> CellSpec:

@@ -1,9 +1,11 @@
-"""The adaptive controller's state machine (kernels/controller.py), on the compiled CPU functions."""
+"""The adaptive controller's state machine (poa_mc/kernels/controller.py), on the compiled CPU functions."""
 
 import math
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import (
     F_CTL_ALPHA,
@@ -28,9 +30,7 @@ from poa_mc.kernels.layout import (
     RI_REGIME,
     RI_SWITCHES,
 )
-
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PolicySpec, WorkloadSpec
 
 C = cpu._K.controller
 WIN, LOG = 8, 4

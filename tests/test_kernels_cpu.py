@@ -1,4 +1,4 @@
-"""The CPU driver (kernels/cpu.py): which build a cell runs on, and that both builds load from the
+"""The CPU driver (poa_mc/kernels/cpu.py): which build a cell runs on, and that both builds load from the
 on-disk cache in a new process (a cache miss costs every `poa-mc run` a minute of compilation)."""
 
 import os
@@ -7,10 +7,10 @@ import sys
 import textwrap
 
 import numpy as np
-from poa_mc.kernels import cpu
 
-from poa_mc.engine import pack_params, simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.engine.engine import pack_params, simulate
+from poa_mc.kernels import cpu
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
 WL = WorkloadSpec(
     isl=Dist("fixed", 1024), osl=Dist("fixed", 16), prefix_groups=60, popularity="zipf", prefix_ratio=0.5,
@@ -46,7 +46,7 @@ def test_both_builds_load_from_the_cache_in_a_new_process_and_stay_apart(tmp_pat
     # each build compiled by a process of its own, into a fresh cache (so that each numbers its
     # functions alike), then a third process loads both, the lean one first: the full one must
     # still run its own code (same-named symbols would link its calls into the lean build's)
-    head = "from poa_mc.engine import simulate\nfrom tests.test_kernels_cpu import G1, RUN, TIERS\n"
+    head = "from poa_mc.engine.engine import simulate\nfrom tests.test_kernels_cpu import G1, RUN, TIERS\n"
     _run(head + "simulate(G1, **RUN)", tmp_path)
     _run(head + "simulate(TIERS, **RUN)", tmp_path)
     out = _run(
@@ -67,12 +67,12 @@ def test_kernels_never_index_with_a_negative_number(tmp_path):
     # the kernels compile without Numba's wrapping of negative indices (cpu._plain_indices): one
     # would read outside its array. Compiled under NUMBA_BOUNDSCHECK, where any index outside its
     # dimension raises IndexError, both builds run cells of every path of the kernels, and
-    # PoA-hat's pass over their rows (kernels/poa_hat.py) works out each price's windows
+    # PoA-hat's pass over their rows (poa_mc/kernels/poa_hat.py) works out each price's windows
     script = textwrap.dedent("""
         import dataclasses
         import numpy as np
-        from poa_mc.accumulate import accumulate
-        from poa_mc.engine import simulate
+        from poa_mc.stats.accumulate import accumulate
+        from poa_mc.engine.engine import simulate
         from poa_mc.kernels import cpu
         from tests.every_path import cells, trace_cells
         assert cpu.arrayobj.fix_integer_index.__name__ == "fix_integer_index"
@@ -108,7 +108,7 @@ def test_plain_indices_apply_while_the_kernels_compile_only():
 
 
 def test_the_window_solver_refuses_non_finite_costs_instead_of_looping(tmp_path):
-    """A NaN row never reaches a free column: the solver (kernels/poa_hat.py: assign_min) returns NaN
+    """A NaN row never reaches a free column: the solver (poa_mc/kernels/poa_hat.py: assign_min) returns NaN
     and the host raises. Run in a process of its own, so that a regression fails on the timeout
     instead of hanging the suite (compiled code cannot be interrupted)."""
     finite = np.arange(24, dtype=np.float64).reshape(2, 4, 3) % 5

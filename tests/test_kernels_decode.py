@@ -1,4 +1,4 @@
-"""kernels/decode.py: the handover of a prefill_first request to its decode worker, on hand-worked
+"""poa_mc/kernels/decode.py: the handover of a prefill_first request to its decode worker, on hand-worked
 timelines, as Dynamo's mocker does it (`handover = "mocker"`) and as vLLM 0.14.1's NixlConnector
 and scheduler do (`"vllm"`, docs/engine.md "The handover").
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poa_mc.config import ConfigError, loads_grid
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 
 
 def _cell(handover: str, clients: int, osl: int, max_seqs: int = 256) -> CellSpec:

@@ -1,8 +1,9 @@
-"""kernels/fixed_rows.py: the same array, its last dimension a constant."""
+"""poa_mc/kernels/fixed_rows.py: the same array, its last dimension a constant."""
 
 import numba
 import numpy as np
 import pytest
+
 from poa_mc.kernels.fixed_rows import fixed_last
 
 

@@ -1,6 +1,7 @@
-"""Unit tests of kernels/heap.py, called through the CPU build."""
+"""Unit tests of poa_mc/kernels/heap.py, called through the CPU build."""
 
 import numpy as np
+
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, RI_HEAPN
 

@@ -1,9 +1,11 @@
-"""kernels/links.py and ClusterSpec.nodes: workers on nodes, transfers sharing a node's link."""
+"""poa_mc/kernels/links.py and ClusterSpec.nodes: workers on nodes, transfers sharing a node's link."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import (
     F_NIC_GBPS,
@@ -23,9 +25,7 @@ from poa_mc.kernels.layout import (
     SF_XFER,
     SI_LINK,
 )  # fmt: skip
-
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
 
 K = cpu._K.links
 

@@ -1,11 +1,12 @@
-"""kernels/poa_hat.py: PoA-hat's window solver (the Hungarian method over worker slots, the
+"""poa_mc/kernels/poa_hat.py: PoA-hat's window solver (the Hungarian method over worker slots, the
 flow solver over workers), the pairwise sums, and each replica's window sums worked out in the
-kernels against the host's compiled and generic paths (poa_mc.estimators)."""
+kernels against the host's compiled and generic paths (poa_mc.stats.estimators)."""
 
 import numpy as np
 import pytest
-from poa_mc.kernels import cpu
 from scipy.optimize import linear_sum_assignment
+
+from poa_mc.kernels import cpu
 
 
 @pytest.mark.parametrize("whole", [True, False])
@@ -101,7 +102,7 @@ def test_pairwise_sums_are_numpys_row_sums_to_the_bit(n):
 
 
 def _cell(flow="prefill_first", n_p=1, n_d=3, concurrency=24, **policy):
-    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
     return CellSpec(
         cluster=ClusterSpec(n_prefill=n_p, n_decode=n_d, flow=flow),
@@ -115,7 +116,7 @@ def _client_cell():
     """A pool of 16 connections for 24 clients, 0.5 ms away: TTFT as the client sees it."""
     import dataclasses
 
-    from poa_mc.spec import ClientSpec
+    from poa_mc.model.spec import ClientSpec
 
     spec = _cell()
     client = ClientSpec(max_connections=16, overhead_ms=0.5)
@@ -137,8 +138,8 @@ def _sums(spec, settings, kernels: bool):
     PoA-hat out (kernels) or the host, and what the kernels handed the host."""
     import dataclasses
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.engine import simulate
+    from poa_mc.engine.engine import simulate
+    from poa_mc.stats.accumulate import accumulate
 
     seen = []
     spec_d = dataclasses.asdict(spec)
@@ -168,7 +169,7 @@ CASES = {  # (cell, [poa]): each decision's times, each price, each solver
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_kernels_window_sums_equal_the_hosts_to_the_bit(case):
     """Each replica's PoA-hat sums worked out in the kernels from its request rows equal the host's
-    from the recorded columns (poa_mc.estimators), to the bit: for each decision (prefill_first's
+    from the recorded columns (poa_mc.stats.estimators), to the bit: for each decision (prefill_first's
     prefill and decode choices, the other flows' decode choice), price (the router cost with and
     without a weight on tokens, the tabulated step, the observed latency) and solver (over the
     workers, the Hungarian method), with fewer slots than decisions too."""
@@ -188,7 +189,7 @@ def test_kernels_window_sums_equal_the_hosts_to_the_bit(case):
 def test_a_window_off_the_step_table_is_left_to_the_host_with_the_same_numbers(monkeypatch):
     """A block count past the kernels' step table: the kernels mark the replica (NaN) and the host
     works the batch out from its rows, with the numbers it would have had."""
-    from poa_mc import poa_plan
+    from poa_mc.stats import poa_plan
 
     spec, poa = CASES["decode-step"]
     want, _ = _sums(spec, poa, False)
@@ -204,8 +205,8 @@ def test_sums_made_for_other_settings_are_refused():
     rather than reporting them."""
     import dataclasses
 
-    from poa_mc.accumulate import poa_hat_sums
-    from poa_mc.poa_plan import settings
+    from poa_mc.stats.accumulate import poa_hat_sums
+    from poa_mc.stats.poa_plan import settings
 
     spec = dataclasses.asdict(_cell())
     cols = {"ttft_ms": np.zeros((2, 8)), "poa_kernel": np.ones((2, 3)), "poa_settings": settings({"window": 8})}
@@ -219,7 +220,7 @@ def test_the_plan_leaves_to_the_host_what_the_kernels_do_not_solve():
     of an arrival decision, planner cells and one-candidate decisions."""
     import dataclasses
 
-    from poa_mc.poa_plan import kernel_params, plan
+    from poa_mc.stats.poa_plan import kernel_params, plan
 
     spec = dataclasses.asdict(_cell())
     assert kernel_params(plan(spec, {"window": 8}), spec, 100) is not None

@@ -1,8 +1,9 @@
-"""Unit tests of kernels/rng.py, called through the CPU build."""
+"""Unit tests of poa_mc/kernels/rng.py, called through the CPU build."""
 
 import numpy as np
-from poa_mc.kernels import cpu
 from scipy import stats
+
+from poa_mc.kernels import cpu
 
 K = cpu._K
 

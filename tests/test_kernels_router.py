@@ -1,16 +1,16 @@
-"""kernels/router.py: the router's active blocks, as poa-mc charged them and as Dynamo counts them
+"""poa_mc/kernels/router.py: the router's active blocks, as poa-mc charged them and as Dynamo counts them
 (`cluster.router_blocks`), on hand-worked bookings and over whole drained runs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import _shapes, pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NSI, NWI, RI_STATUS, SI_ABP, WI_AB, WI_RG
-
-from poa_mc.engine import _shapes, pack_params
-from poa_mc.sketch import EDGES
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.stats.sketch import EDGES
 
 R = cpu._K.router
 
@@ -99,7 +99,7 @@ def test_every_booking_is_released_by_the_end_of_a_drained_run(flow, n_p, router
 def test_dynamo_counts_change_only_what_dynamo_does_differently():
     """prefill_first with one prefill worker: the prefill choice is no choice and the decode router
     assumes no KV reuse, so Dynamo's counting changes no result; aggregated workers do change."""
-    from poa_mc.engine import simulate
+    from poa_mc.engine.engine import simulate
 
     def run(flow, n_p, rb):
         return simulate(_cell(flow, rb, n_p=n_p), replicas=2, requests=200, warmup=20, seed=3, stream=0)
@@ -115,7 +115,7 @@ def test_round_robin_rotates_the_decode_workers_of_prefill_first_too():
     """Dynamo's decode client takes turns as its prefill client does: in the order the decode
     choices are made, worker d, d + 1, ... (mod 3), each with its third of the requests; the
     prefill choice keeps its own counter (2 prefill workers alternate as before)."""
-    from poa_mc.engine import simulate
+    from poa_mc.engine.engine import simulate
 
     spec = CellSpec(
         cluster=ClusterSpec(n_prefill=2, n_decode=3, flow="prefill_first"),

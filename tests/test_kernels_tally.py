@@ -1,11 +1,11 @@
-"""kernels/tally.py: a replica's tally of its requests, against numpy over the same requests."""
+"""poa_mc/kernels/tally.py: a replica's tally of its requests, against numpy over the same requests."""
 
 import numpy as np
+
 from poa_mc.kernels import tally as T
 from poa_mc.kernels.cpu import tally_columns
-
-from poa_mc import sketch
-from poa_mc.accumulate import TALLIED, tally_params
+from poa_mc.stats import sketch
+from poa_mc.stats.accumulate import TALLIED, tally_params
 
 
 def _tally(cols: np.ndarray, slo: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Lower KV tiers (kernels/tiers.py): unit tests through the CPU build, then the engine's checks
+"""Lower KV tiers (poa_mc/kernels/tiers.py): unit tests through the CPU build, then the engine's checks
 (an exclusive G1 + G2 is one LRU of the summed capacity, request by request; blocks are conserved
 after every event)."""
 
@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import (
     NPC_T,
@@ -36,9 +38,7 @@ from poa_mc.kernels.layout import (
     WI_LINEAGE,
     WI_USED,
 )
-
-from poa_mc.engine import simulate
-from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
 
 K = cpu._K
 G = 4

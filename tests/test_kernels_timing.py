@@ -1,16 +1,15 @@
-"""Unit tests of kernels/timing.py (the polynomial's closed-form spans, the table's interpolation),
+"""Unit tests of poa_mc/kernels/timing.py (the polynomial's closed-form spans, the table's interpolation),
 called through the CPU build."""
 
 import json
 
 import numpy as np
 import pytest
+
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import F_D0, F_D1, F_D2, F_TB_DB, F_TB_DC, F_TB_DN, F_TB_PB, F_TB_PN, F_TB_PU, NF_P
-
-from poa_mc.engine import pack_profile
-from poa_mc.profiles import resolve_profile
-from poa_mc.timing_tables import FORMAT, LOOKUP_MAX, builtin_tables
+from poa_mc.model.profiles import pack_profile, resolve_profile
+from poa_mc.model.timing_tables import FORMAT, LOOKUP_MAX, builtin_tables
 
 K = cpu._K.timing
 PT, PB, PU, PC = [1, 10, 100, 1000, 5000], [1, 2, 5, 9], [1, 10, 100, 1000], [0, 64, 1024]

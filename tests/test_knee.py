@@ -1,4 +1,4 @@
-"""Knee estimator (poa_mc.knee) on synthetic closed-loop curves with a known knee.
+"""Knee estimator (poa_mc.stats.knee) on synthetic closed-loop curves with a known knee.
 
 Noise model: each replica's mean latency is the true curve times a lognormal factor (sd 5%), with
 an optional factor shared by all load points of a replica, as common random numbers produce.
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from poa_mc.knee import (
+from poa_mc.stats.knee import (
     BELOW,
     FEW_REPLICAS,
     SATURATED,
@@ -23,7 +23,7 @@ from poa_mc.knee import (
     knee_analysis,
     small_sample_factor,
 )
-from poa_mc.theory import mva_single_queue
+from poa_mc.stats.theory import mva_single_queue
 
 # the paper's coarse concurrency grid
 GRID = np.array([1, 2, 4, 8, 16, 32, 64, 80, 96, 112, 128, 144, 160, 192, 256, 384, 512], dtype=np.float64)
@@ -399,7 +399,7 @@ def test_running_median_is_scipys_median_filter_of_size_3_nearest():
     included."""
     from scipy.ndimage import median_filter
 
-    from poa_mc.knee import running_median3
+    from poa_mc.stats.knee import running_median3
 
     rng = np.random.default_rng(3)
     for n in range(1, 30):

@@ -7,8 +7,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from poa_mc.config import loads_grid
-from poa_mc.plots import (
+from poa_mc.model.config import loads_grid
+from poa_mc.plots.plots import (
     _cdf_replica_cap,
     _log_ticks,
     has_intervals,
@@ -25,7 +25,7 @@ from poa_mc.plots import (
     thin_load_labels,
     ttft_p99_figure,
 )
-from poa_mc.runner import run_grid
+from poa_mc.run.runner import run_grid
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poa_mc import profiles
-from poa_mc.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
-from poa_mc.spec import ProfileSpec, SpecError
+from poa_mc.model import profiles
+from poa_mc.model.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
+from poa_mc.model.spec import ProfileSpec, SpecError
 
 KV_BLOCKS, BLOCK = 16384, 64
 ROOFLINE_NAMES = [n for n in BUILTIN_PROFILES if n.startswith("roofline-")]

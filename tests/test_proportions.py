@@ -1,12 +1,12 @@
-"""poa_mc.proportions: shares with cluster Clopper-Pearson intervals, rates with a Poisson bound at zero."""
+"""poa_mc.stats.proportions: shares with cluster Clopper-Pearson intervals, rates with a Poisson bound at zero."""
 
 import math
 
 import numpy as np
 import pytest
 
-from poa_mc.estimators import t_interval
-from poa_mc.proportions import clip_share, clopper_pearson, proportion_interval, rate_interval
+from poa_mc.stats.estimators import t_interval
+from poa_mc.stats.proportions import clip_share, clopper_pearson, proportion_interval, rate_interval
 
 
 def test_clopper_pearson_matches_its_textbook_values():

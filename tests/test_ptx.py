@@ -1,5 +1,5 @@
 """The CUDA kernels compiled for H100/H200 (sm_90) and B200 (sm_100) without a GPU: NVVM's PTX
-assembled by ptxas, with budgets on what each kernel spills (poa_mc/ptx.py).
+assembled by ptxas, with budgets on what each kernel spills (poa_mc/engine/ptx.py).
 
 The compile needs `poa-mc[gpu]` (numba-cuda with the CUDA 12.9 wheels): skipped where it is not
 installed, except in CI (CI=true), whose .ci/run installs it, where its absence fails."""
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from poa_mc import data, ptx
-from poa_mc.config import load_grid
+from poa_mc import data
+from poa_mc.engine import ptx
+from poa_mc.model.config import load_grid
 from tests.every_path import cells, trace_cells
 
 # ptxas -v as it prints an entry that calls one function it did not inline (names shortened)

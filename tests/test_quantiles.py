@@ -1,4 +1,4 @@
-"""poa_mc.quantiles: the cell's pooled quantile against exact ranks and against M/M/1's closed form.
+"""poa_mc.stats.quantiles: the cell's pooled quantile against exact ranks and against M/M/1's closed form.
 
 M/M/1 (FCFS, arrival rate lam, service rate mu): the sojourn time is exponential with rate
 mu - lam, so its P99 is ln(100) / (mu - lam). Replicas are simulated by Lindley's recursion from
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from poa_mc import sketch
-from poa_mc.estimators import t_interval
-from poa_mc.quantiles import pooled_quantile, pooled_quantiles
+from poa_mc.stats import sketch
+from poa_mc.stats.estimators import t_interval
+from poa_mc.stats.quantiles import pooled_quantile, pooled_quantiles
 
 
 def mm1_sojourn_ms(rng: np.random.Generator, cells: int, replicas: int, n: int, lam: float, mu: float) -> np.ndarray:

@@ -5,10 +5,10 @@ import polars as pl
 import pytest
 
 import poa_mc
-from poa_mc.config import loads_grid
-from poa_mc.reduce import IncompleteRunError, reduce_run
-from poa_mc.runner import run_grid
-from poa_mc.store import RunDirError
+from poa_mc.io.store import RunDirError
+from poa_mc.model.config import loads_grid
+from poa_mc.run.runner import run_grid
+from poa_mc.stats.reduce import IncompleteRunError, reduce_run
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -162,9 +162,9 @@ def _decode_stage_frame(decided: list[float], blocks: list[list[float]], chosen:
 def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
     import dataclasses
 
-    from poa_mc.accumulate import poa_hat_sums
-    from poa_mc.reduce import samples_to_columns
-    from poa_mc.spec import ClusterSpec, PolicySpec, ProfileSpec
+    from poa_mc.model.spec import ClusterSpec, PolicySpec, ProfileSpec
+    from poa_mc.stats.accumulate import poa_hat_sums
+    from poa_mc.stats.reduce import samples_to_columns
 
     # four decode decisions, all sent to worker 0, in the order seq 1, 3, 0, 2 (prefill ends);
     # the router's view (active blocks + the request's 2) in that order: [2, 2], [4, 2], [6, 2],
@@ -188,10 +188,10 @@ def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
 def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     import dataclasses
 
-    from poa_mc import sketch
-    from poa_mc.accumulate import accumulate
-    from poa_mc.reduce import _slo_stats, _worker_stats
-    from poa_mc.spec import ClusterSpec
+    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.stats import sketch
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.reduce import _slo_stats, _worker_stats
 
     # two replicas of 4 requests; ITL is undefined for the one-token answers (osl = 1)
     itl = np.array([[5.0, 10.0, 99.0, 20.0], [7.0, 8.0, 9.0, 99.0]])
@@ -234,10 +234,10 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
     over first arrival -> last completion (-12% at 16 clients and 100 requests per replica)."""
     import dataclasses
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.engine import simulate
-    from poa_mc.estimators import ratio_interval
-    from poa_mc.reduce import _request_rate
+    from poa_mc.engine.engine import simulate
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.reduce import _request_rate
     from tests.test_engine_theory import mva_response, queue_cell
 
     spec = queue_cell(1, clients=clients, think_ms=think)
@@ -258,9 +258,9 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
     import dataclasses
     import json
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.reduce import cell_stats
-    from poa_mc.spec import ClusterSpec
+    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.reduce import cell_stats
 
     cluster = ClusterSpec(n_prefill=1, n_decode=2, g2_blocks=100, g3_blocks=100, g2_gbps=10.0, g3_gbps=1.0)
     spec = {"cluster": dataclasses.asdict(cluster)}
@@ -290,17 +290,17 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
 def test_open_loop_throughput_covers_the_arrival_rate(rho):
     """An open loop that keeps up completes what arrives: M/M/1 (1 ms service) at load rho, 40
     independent cells of 16 replicas x 400 requests after the relaxation rule's warm-up
-    (poa_mc.warmup). throughput_rps counts the completions between the first and the last measured
+    (poa_mc.stats.warmup). throughput_rps counts the completions between the first and the last measured
     arrival over that window; its interval covers the arrival rate in at least 34 of 40 cells
     (nominal 38), and the mean over cells is within 3 Monte Carlo standard errors of it. The window
     that ended at the last measured completion (a straggler) read high."""
     import dataclasses
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.engine import simulate
-    from poa_mc.estimators import ratio_interval
-    from poa_mc.reduce import _request_rate
-    from poa_mc.warmup import check
+    from poa_mc.engine.engine import simulate
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.reduce import _request_rate
+    from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
 
     rate, cells, reps, n = rho * 1000.0, 40, 16, 400
@@ -327,9 +327,9 @@ def test_mm1_p99_through_the_kernels_tally_and_the_summary():
     import dataclasses
     import json
 
-    from poa_mc.accumulate import accumulate
-    from poa_mc.engine import simulate
-    from poa_mc.reduce import cell_stats
+    from poa_mc.engine.engine import simulate
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.reduce import cell_stats
     from tests.test_engine_theory import queue_cell
 
     spec = queue_cell(1, rate_rps=80.0, service_ms=10.0)
@@ -348,8 +348,8 @@ def test_identical_replicas_are_flagged_and_their_shares_keep_a_width():
     """A cell whose replicas all come out the same (nothing random drives it) says so; its shares
     still get an interval of nonzero width inside [0, 1] (Clopper-Pearson on the trials), never
     [1, 1]."""
-    from poa_mc.proportions import proportion_interval
-    from poa_mc.reduce import _identical
+    from poa_mc.stats.proportions import proportion_interval
+    from poa_mc.stats.reduce import _identical
 
     acc = {"n": np.full(4, 100), "sum_ttft_ms": np.full(4, 5.0), "sum_e2e_ms": np.full(4, 9.0)}
     assert _identical(acc)

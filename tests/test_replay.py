@@ -1,4 +1,4 @@
-"""Traces replayed as they happened (poa_mc/replay.py, kernels/replay.py): the table, then the engine."""
+"""Traces replayed as they happened (poa_mc/model/replay.py, poa_mc/kernels/replay.py): the table, then the engine."""
 
 import json
 from dataclasses import replace
@@ -6,13 +6,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from poa_mc.cli.main import main
 
-from poa_mc.config import ConfigError, loads_grid
-from poa_mc.engine import simulate
-from poa_mc.replay import build_table, chains
-from poa_mc.spec import PolicySpec, SpecError
-from poa_mc.traces import load_trace, sample_path
+from poa_mc.cli.main import main
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.model.replay import build_table, chains
+from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec import PolicySpec, SpecError
+from poa_mc.model.traces import load_trace, sample_path
 
 AGENTIC = sample_path("agentic_sample")
 
@@ -216,7 +217,7 @@ def test_tier_credit_is_a_policy_key():
 
 
 def test_a_closed_replay_with_a_short_warm_up_is_warned_about():
-    from poa_mc.config import grid_warnings
+    from poa_mc.model.config import grid_warnings
 
     short = loads_grid(GRID.replace("warmup = 20", "warmup = 12"))  # 2 C = 12: the plain warning is quiet
     assert any("one session per client" in w and "warmup >= 54" in w for w in grid_warnings(short))

@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
-from poa_mc import runner
-from poa_mc.config import loads_grid
-from poa_mc.engine import EngineError
-from poa_mc.store import RunDir
+from poa_mc.engine.engine import EngineError
+from poa_mc.io.store import RunDir
+from poa_mc.model.config import loads_grid
+from poa_mc.run import runner
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
 
@@ -71,7 +71,7 @@ def test_a_failed_cell_keeps_every_cell_before_it_whole(monkeypatch, tmp_path):
 
 def _engine_with(**forced):
     """The engine as a stand-in whose keyword arguments `forced` replaces (and records the calls)."""
-    from poa_mc import engine
+    from poa_mc.engine import engine
 
     calls = []
 
@@ -106,7 +106,7 @@ def test_a_cells_last_reduction_runs_beside_the_next_cell(tmp_path):
 def test_a_failed_reduction_fails_the_run_and_keeps_the_cells_before_it(monkeypatch, tmp_path):
     """A cell whose last reduction fails (while the next cell simulates) is not written; the cells
     before it are whole, and the run stops with that error."""
-    from poa_mc import accumulate
+    from poa_mc.stats import accumulate
 
     real, calls = accumulate.accumulate, []
 
@@ -132,7 +132,7 @@ def test_the_summary_takes_the_cells_statistics_worked_out_as_they_were_written(
     """The run's summary does not read its accumulators back, and equals a summary from disk."""
     import polars as pl
 
-    from poa_mc.reduce import reduce_run
+    from poa_mc.stats.reduce import reduce_run
 
     reads = []
     real = RunDir.read_acc
@@ -151,7 +151,7 @@ def test_the_summary_takes_the_cells_statistics_worked_out_as_they_were_written(
 
 def test_a_stand_in_that_reduces_but_does_not_overlap(tmp_path):
     """A simulate taking `reduce` but not `overlap` gets its batches reduced, and no overlap."""
-    from poa_mc import engine
+    from poa_mc.engine import engine
 
     calls = []
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from poa_mc import sketch
+from poa_mc.stats import sketch
 
 
 def _exact(x, q):

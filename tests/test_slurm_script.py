@@ -1,4 +1,4 @@
-"""Unit tests of poa_mc.slurm and `poa-mc submit/status`: script generation, submission bookkeeping and
+"""Unit tests of poa_mc.run.slurm and `poa-mc submit/status`: script generation, submission bookkeeping and
 status parsing, with Slurm's commands faked (no Slurm needed; tests/test_slurm_real.py uses a real one)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from poa_mc.cli.slurm_cmds import register
 
-from poa_mc import slurm
+from poa_mc.cli.slurm_cmds import register
+from poa_mc.run import slurm
 
 GRID = Path(__file__).parent / "slurm" / "grid_small.toml"
 
@@ -246,7 +246,7 @@ def test_submit_array_then_reduce(tmp_path: Path) -> None:
 
 
 def test_shards_match_grid_assign_shards(tmp_path: Path) -> None:
-    from poa_mc.grid import assign_shards, expand
+    from poa_mc.model.grid import assign_shards, expand
 
     g = slurm.load_grid(GRID)
     cells = expand(g)
@@ -523,7 +523,7 @@ def test_cli_status_plain_and_json(cli: click.Group, tmp_path: Path) -> None:
 def test_bookkeeping_survives_a_shard_sweeping_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A shard starting while `submit` writes shards.json sweeps dead writers' temporaries: submit's
     own, mid-write, must be recognised as a live writer's and left alone (CI once lost it)."""
-    from poa_mc.store import RunDir
+    from poa_mc.io.store import RunDir
 
     real_replace = os.replace
 

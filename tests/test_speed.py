@@ -1,6 +1,6 @@
 import pytest
 
-from poa_mc import speed
+from poa_mc.run import speed
 
 
 @pytest.fixture(autouse=True)

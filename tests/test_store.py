@@ -4,9 +4,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from poa_mc.config import loads_grid
-from poa_mc.runner import build_manifest, cells_frame
-from poa_mc.store import RunDir, RunDirError, atomic_write_json, fingerprint, samples_frame
+from poa_mc.io.store import RunDir, RunDirError, atomic_write_json, fingerprint, samples_frame
+from poa_mc.model.config import loads_grid
+from poa_mc.run.runner import build_manifest, cells_frame
 from tests.grids_for_tests import SMALL
 
 
@@ -86,7 +86,7 @@ def test_cell_commit_point_is_the_accumulators_file(tmp_path):
 
 
 def test_samples_frame_pads_candidates_to_the_grids_width():
-    from poa_mc.store import samples_frame
+    from poa_mc.io.store import samples_frame
 
     samples = {"ttft_ms": np.ones((2, 3))}
     cands = {"cand_tokens": np.arange(12.0).reshape(2, 3, 2), "chosen": np.zeros((2, 3), dtype=np.int32)}

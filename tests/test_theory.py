@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from poa_mc import theory
+from poa_mc.stats import theory
 
 
 def test_supermarket_d2_lam09() -> None:

@@ -1,14 +1,14 @@
-"""One timing truth: the kernels' pass and step times are the profiles' (poa_mc.profiles), for
+"""One timing truth: the kernels' pass and step times are the profiles' (poa_mc.model.profiles), for
 every built-in profile; a profile whose step polynomial would need the d_min clamp is refused."""
 
 import numpy as np
 import pytest
+
+from poa_mc.engine.engine import pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels import layout as L
-
-from poa_mc.engine import pack_params
-from poa_mc.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
-from poa_mc.spec import CellSpec, ProfileSpec, SpecError
+from poa_mc.model.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
+from poa_mc.model.spec import CellSpec, ProfileSpec, SpecError
 
 K = cpu._K
 

@@ -1,16 +1,15 @@
-"""Timing tables (poa_mc/timing_tables.py): the envelope, the file checks, the shipped tables, and
-the notebook API over them (poa_mc.profiles.load)."""
+"""Timing tables (poa_mc/model/timing_tables.py): the envelope, the file checks, the shipped tables, and
+the notebook API over them (poa_mc.model.profiles.load)."""
 
 import json
 
 import numpy as np
 import pytest
-from poa_mc.kernels import cpu
 
-from poa_mc.engine import pack_profile
-from poa_mc.profiles import load, resolve_profile
-from poa_mc.spec import SpecError
-from poa_mc.timing_tables import MONOTONE_AXES, builtin_tables, lower_envelope, parse
+from poa_mc.kernels import cpu
+from poa_mc.model.profiles import load, pack_profile, resolve_profile
+from poa_mc.model.spec import SpecError
+from poa_mc.model.timing_tables import MONOTONE_AXES, builtin_tables, lower_envelope, parse
 from tests.test_kernels_timing import _multilinear_doc
 
 K = cpu._K.timing
@@ -86,7 +85,7 @@ def test_shipped_tables_are_monotone_with_their_provenance():
 
 @pytest.mark.parametrize("name", ["dynamo-mocker", "roofline-h200-llama70b-tp4", "aic-b200-llama70b-fp8-tp4-vllm"])
 def test_the_notebook_api_gives_the_kernels_numbers(name):
-    from poa_mc.profiles import decode_ms, prefill_ms
+    from poa_mc.model.profiles import decode_ms, prefill_ms
 
     t = load(name)
     p = t.profile
@@ -115,10 +114,9 @@ def test_a_table_kept_as_its_source_gave_it_may_fall():
 def test_a_run_reduced_in_another_process_finds_its_table_again(monkeypatch):
     """`poa-mc reduce --pricing ...` re-prices PoA-hat from a run's cells in a process that never
     resolved the profile: the table is loaded again by its name and checked by its digest."""
-    from poa_mc import timing_tables
-    from poa_mc.engine import pack_profile
-    from poa_mc.profiles import resolve_profile
-    from poa_mc.spec import SpecError
+    from poa_mc.model import timing_tables
+    from poa_mc.model.profiles import pack_profile, resolve_profile
+    from poa_mc.model.spec import SpecError
 
     spec = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
     want = pack_profile(spec)

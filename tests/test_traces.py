@@ -1,15 +1,16 @@
-"""Trace loaders (poa_mc.traces) and `dist = "trace"` in grid files. No simulations: fast."""
+"""Trace loaders (poa_mc.model.traces) and `dist = "trace"` in grid files. No simulations: fast."""
 
 import json
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from poa_mc.cli.main import main
 
-from poa_mc.config import ConfigError, loads_grid
-from poa_mc.spec import SpecError
-from poa_mc.traces import load_azure, load_burstgpt, load_mooncake, load_trace, sample_path
+from poa_mc.cli.main import main
+from poa_mc.model.config import loads_grid
+from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec import SpecError
+from poa_mc.model.traces import load_azure, load_burstgpt, load_mooncake, load_trace, sample_path
 from tests.grids_for_tests import SMALL
 
 SAMPLES = [("mooncake_sample", "mooncake", 300), ("azure_sample", "azure", 400), ("burstgpt_sample", "burstgpt", None)]
@@ -169,8 +170,8 @@ def test_cli_validate_bad_trace_path_exits_2(tmp_path):
 def test_cells_table_stores_long_trace_values_compactly():
     import json
 
-    from poa_mc.grid import expand
-    from poa_mc.runner import cells_frame
+    from poa_mc.model.grid import expand
+    from poa_mc.run.runner import cells_frame
 
     grid = loads_grid(
         """

@@ -1,4 +1,4 @@
-"""poa_mc.warmup: the warm-up check on queues that start empty and on queues already in steady state.
+"""poa_mc.stats.warmup: the warm-up check on queues that start empty and on queues already in steady state.
 
 M/M/1 by Lindley's recursion, 16 replicas: started empty, the first requests wait less than in
 steady state (the transient the warm-up is there to drop); started from the stationary law,
@@ -8,7 +8,7 @@ there is nothing to drop and the check must stay quiet.
 import numpy as np
 import pytest
 
-from poa_mc.warmup import batch_sizes, check, relaxation_requests
+from poa_mc.stats.warmup import batch_sizes, check, relaxation_requests
 
 B = 16
 
@@ -31,7 +31,7 @@ def mm1_sojourn(rng, replicas: int, n: int, lam: float, mu: float, stationary: b
 
 
 def batch_sums(x: np.ndarray) -> np.ndarray:
-    """The kernels' batch_ttft of these rows: row i in batch i * B // n (kernels/tally.py)."""
+    """The kernels' batch_ttft of these rows: row i in batch i * B // n (poa_mc/kernels/tally.py)."""
     n = x.shape[1]
     b = (np.arange(n) * B) // n
     return np.stack([x[:, b == k].sum(axis=1) for k in range(B)], axis=1)
@@ -80,7 +80,7 @@ def test_the_suggested_warmup_restores_the_mean_at_load_09():
     100 warm-up requests mean TTFT reads low and its t-interval misses the closed form 1 / (mu -
     lam) = 100 ms in many of 40 cells; with the relaxation rule's 1,100 its mean over cells is within
     3 Monte Carlo standard errors of it and it covers in at least 34 of 40 (nominal 38)."""
-    from poa_mc.estimators import t_interval
+    from poa_mc.stats.estimators import t_interval
 
     rng = np.random.default_rng(3)
     true = 100.0

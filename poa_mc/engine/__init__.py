@@ -1,0 +1,1 @@
+"""Cells to kernel launches: packing, memory plan, backend choice, launch, unpacking."""

@@ -1,0 +1,1 @@
+"""The run directory on disk: the store, loading a run, exporting it."""

@@ -1,0 +1,1 @@
+"""Figures of a run, drawn in this process or in worker processes."""

@@ -1,0 +1,1 @@
+"""A grid run end to end, locally or as Slurm array jobs, and its console."""

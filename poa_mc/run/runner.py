@@ -1,0 +1,495 @@
+"""Runs a grid: cells -> engine.simulate -> store, then reduce and plots.
+
+The runner owns the order of things and nothing else: config validates, grid expands and shards,
+the engine simulates, store writes, reduce and plots summarise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+import poa_mc
+from poa_mc.engine.engine import EngineError, check_memory, pool_sizes
+from poa_mc.io.store import RunDir, fingerprint, git_commit, samples_frame
+from poa_mc.kernels import threads
+from poa_mc.model.grid import Cell, GridConfig, assign_shards, estimate_cost
+from poa_mc.run import speed
+from poa_mc.run.console import RunConsole
+
+# Imports inside functions: the plots, the reducer and the kernels' cache probe load only when a run
+# gets to them.
+
+if TYPE_CHECKING:
+    from poa_mc.plots.figure_workers import FigureWorkers
+
+Simulate = Callable[..., Any]
+
+
+@dataclass
+class RunReport:
+    out: Path
+    total: int  # cells in the grid
+    selected: int  # cells of this shard
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already complete (--resume)
+    complete: int = 0  # cells of the grid complete on disk after the run
+    reduced: bool = False
+    plots: list[Path] = field(default_factory=list)
+
+
+def _engine_simulate(*args: Any, **kwargs: Any) -> Any:
+    from poa_mc.engine.engine import simulate
+
+    return simulate(*args, **kwargs)
+
+
+_ENGINE: Simulate = _engine_simulate
+
+
+def _default_simulate() -> Simulate:
+    return _ENGINE
+
+
+def sim_key(grid: GridConfig) -> str:
+    """What a cell's samples depend on beyond its cell id (which hashes the cell's spec and stream):
+    seed, Monte Carlo sizes and poa-mc's version. Cells of two grids with equal sim keys and cell
+    ids are the same simulation, which is what lets --resume grow a grid."""
+    r = grid.run
+    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_backend(requested: str) -> str:
+    """`auto` -> what the engine picks (its `resolve_backend` when it has one), else cpu."""
+    if requested != "auto":
+        return requested
+    try:
+        from poa_mc.engine import engine
+    except ImportError:
+        return "cpu"
+    resolver = getattr(engine, "resolve_backend", None)
+    return resolver("auto") if callable(resolver) else "cpu"
+
+
+_INLINE_VALUES = 64
+WRITE_BESIDE_BYTES = 64 << 20  # a cell whose kept samples are larger is written before the next starts
+
+
+def _compact(obj: Any) -> Any:
+    """Empirical length lists (a trace can hold millions) are stored in cells.parquet as their
+    count and sha256 rather than inline; the cell id still hashes the full values."""
+    if isinstance(obj, dict):
+        out = {k: _compact(v) for k, v in obj.items()}
+        values = obj.get("values")
+        if isinstance(values, (list, tuple)) and len(values) > _INLINE_VALUES:
+            digest = hashlib.sha256(json.dumps(list(values)).encode()).hexdigest()
+            out["values"] = {"count": len(values), "sha256": digest}
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_compact(v) for v in obj]
+    return obj
+
+
+def cells_frame(cells: list[Cell]) -> pl.DataFrame:
+    """One row per cell: identity, load, policy, and every resolved parameter (+ spec_json)."""
+    rows = []
+    for c in cells:
+        s = c.spec
+        row: dict[str, Any] = {
+            "cell_id": c.cell_id,
+            "index": c.index,
+            "point": c.point,
+            "stream": c.stream,
+            "topology": c.topology,
+            "n_prefill": c.n_prefill,
+            "n_decode": c.n_decode,
+            "load_axis": c.load_axis,
+            "concurrency": c.concurrency,
+            "rate": c.rate,
+            "policy": c.policy,
+            "policy_kind": s.policy.kind,
+            "overlap_weight": s.policy.overlap_weight,
+            "temperature": s.policy.temperature,
+            "d": s.policy.d,
+        }
+        for f in dataclasses.fields(s.cluster):
+            if f.name not in ("n_prefill", "n_decode"):
+                row[f.name] = getattr(s.cluster, f.name)
+        w = s.workload
+        row.update(
+            arrival=w.arrival,
+            isl=json.dumps(_compact(dataclasses.asdict(w.isl))),
+            osl=json.dumps(_compact(dataclasses.asdict(w.osl))),
+            prefix_groups=w.prefix_groups,
+            prefix_ratio=w.prefix_ratio,
+            popularity=w.popularity,
+            zipf_alpha=w.zipf_alpha,
+            think_ms=w.think_ms,
+            profile=s.profile.name,
+            profile_kind=s.profile.kind,
+            spec_json=json.dumps(_compact(dataclasses.asdict(s)), sort_keys=True),
+        )
+        rows.append(row)
+    schema_overrides = {"concurrency": pl.Int64, "rate": pl.Float64, "kv_bytes_per_token": pl.Float64}
+    return pl.DataFrame(rows, schema_overrides=schema_overrides, infer_schema_length=None)
+
+
+def build_manifest(grid: GridConfig, backend: str) -> dict[str, Any]:
+    resolved = grid.to_dict()
+    return {
+        "format": 1,
+        "name": grid.run.name,
+        "poa_mc_version": poa_mc.__version__,
+        "git_commit": git_commit(),
+        "seed": grid.run.seed,
+        "backend": backend,
+        "fingerprint": fingerprint(resolved),
+        "sim_key": sim_key(grid),
+        "grid": resolved,
+        "source": grid.source,
+        "cells": {},
+    }
+
+
+class EnvironmentFault(Exception):
+    """This machine cannot run the grid (no GPU for --backend cuda, an unwritable --out); known
+    before anything is written. Exit code 2."""
+
+
+def check_out_dir(out: Path) -> None:
+    """--out must be a directory we can create or write: its nearest existing ancestor a writable
+    directory. Checked before anything is written, so a refusal leaves nothing behind."""
+    probe = out.absolute()
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe != out.absolute() and not probe.is_dir():
+        raise EnvironmentFault(f"--out {out}: {probe} is a file, not a directory")
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        raise EnvironmentFault(f"--out {out}: {probe} is not writable (read-only file system or no permission)")
+    if probe.is_dir():
+        # permission bits do not tell everything (root, /proc, a read-only mount): try, and take it back
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".poa-mc-probe-", dir=probe))
+        except OSError as e:
+            raise EnvironmentFault(f"--out {out}: cannot write in {probe}: {e.strerror or e}") from None
+
+
+def check_backend(backend: str) -> None:
+    if backend == "cuda":
+        from poa_mc.engine.engine import cuda_available
+
+        if not cuda_available():
+            raise EnvironmentFault(
+                "--backend cuda: no CUDA device here (numba-cuda finds no driver or GPU; "
+                "install '.[gpu]' on a GPU machine, or use --backend cpu)"
+            )
+
+
+class CellFailed(Exception):
+    """A cell whose input cannot be simulated to the end (an open loop beyond the cluster's
+    capacity): said with the cell and the key to change, exit code 2. Finished cells are kept."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: the finished cells are on disk, nothing half-written is left."""
+
+    def __init__(self, out: Path, done: int, total: int) -> None:
+        super().__init__(f"interrupted after {done} of {total} cells")
+        self.out, self.done, self.total = out, done, total
+
+
+def _kernels_cold(backend: str, cells: list) -> bool:
+    """True when a build these cells run on is not in the on-disk cache yet (a cell compiles)."""
+    try:
+        from poa_mc.engine.engine import kernel_build
+        from poa_mc.kernels._cache import is_warm
+    except ImportError:
+        return False
+    return any(not is_warm(b) for b in {kernel_build(c.spec, backend) for c in cells})
+
+
+def run_grid(
+    grid: GridConfig,
+    *,
+    out: str | Path | None = None,
+    backend: str | None = None,
+    shard: tuple[int, int] | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+    simulate: Simulate | None = None,
+    finish: bool = True,
+    log: Callable[[str], None] | None = None,
+    workers: FigureWorkers | None = None,
+) -> RunReport:
+    """Run the cells of `grid` (of one shard) into `out`; reduce and plot when all are present,
+    the figures on `workers` when given (poa_mc.plots.figure_workers: the command line starts them as
+    it starts), else in this process.
+
+    Raises ConfigError (bad grid) or RunDirError (directory of another run) before anything is
+    written, so a refused run leaves no trace.
+    """
+    cells = grid.cells()
+    out = Path(out or grid.run.out)
+    backend = resolve_backend(backend or grid.run.backend)
+    check_backend(backend)
+    check_memory(cells, grid.run)
+    check_out_dir(out)
+    run_dir = RunDir(out)
+    manifest = build_manifest(grid, backend)
+    fp = manifest["fingerprint"]
+    try:
+        cell_rows = cells_frame(cells)
+        run_dir.prepare(manifest, cell_rows, resume=resume)
+    except OSError as e:
+        raise EnvironmentFault(f"--out {out}: cannot write: {e.strerror or e}") from None
+
+    shard_of = assign_shards(cells, shard[1], grid.run) if shard else [0] * len(cells)
+    selected = [c for c, s in zip(cells, shard_of) if shard is None or s == shard[0]]
+    report = RunReport(out=out, total=len(cells), selected=len(selected))
+    key = manifest["sim_key"]
+    done = run_dir.complete_cells(fp, key) if resume else set()
+    # a grown grid's new [poa] / [slo] settings: a kept cell whose accumulators used others is
+    # re-reduced from its samples, or simulated again when it kept fewer than all of them
+    from poa_mc.stats.accumulate import settings as acc_settings
+
+    wanted = acc_settings(manifest["grid"]["poa"], manifest["grid"].get("slo", {}))
+    done = {c for c in done if _reducible(run_dir, c, wanted)}
+    todo = [c for c in selected if c.cell_id not in done]
+    report.skipped = [c.cell_id for c in selected if c.cell_id in done]
+
+    simulate = simulate or _default_simulate()
+    costs = {c.cell_id: estimate_cost(c, grid.run) for c in todo}
+    console = RunConsole(len(todo), sum(costs.values()), quiet=quiet)
+    if todo and simulate is _ENGINE and _kernels_cold(backend, todo):
+        console.note(
+            f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
+        )
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.accumulate import frame as acc_frame
+    from poa_mc.stats.accumulate import settings as acc_settings
+
+    r = grid.run
+    keep = r.keep()
+    poa_cfg, slo = manifest["grid"]["poa"], manifest["grid"].get("slo", {})
+    acc_key = acc_settings(poa_cfg, slo)
+    width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
+
+    timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
+    last_end = 0.0  # when the cell before this one had its accumulators
+    # each written cell's statistics, worked out beside the next cell's simulation: the summary at
+    # the end takes them instead of reading the accumulators back (bench/NOTES.md)
+    from poa_mc.stats.reduce import CellStats, cell_stats
+
+    rows = {row["cell_id"]: row for row in cell_rows.iter_rows(named=True)}
+    stats: dict[str, CellStats] = {}
+
+    def commit(cell: Cell, res: Any, meta: dict, cost: float, simulated: float, t0: float) -> None:
+        """A cell's accumulators (waiting for a reduction still running beside the next cell), then
+        its files (meta, samples, accumulators last: the commit point), then its line."""
+        nonlocal timed_cost, timed_s, last_end
+        acc = res.reduced()
+        # the cell's share of the run: from its start (or the previous cell's end, when it overlapped
+        # that cell's last reduction) to its accumulators, compilation excluded
+        end = res.reduced_at or time.perf_counter()
+        cell_s = end - max(t0, last_end) - float(getattr(res, "compile_s", 0.0))
+        last_end = end
+        meta["cell_s"] = cell_s
+        if cost >= speed.MIN_TIMED_COST:
+            timed_cost, timed_s = timed_cost + cost, timed_s + cell_s
+        frame = None
+        kept = next(iter(res.samples.values())).shape[1]
+        if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
+            frame = samples_frame(res.samples, res.candidates or None, width=width)
+        meta["samples"] = "all" if kept == r.requests and frame is not None else (kept if frame is not None else 0)
+        meta["acc_settings"] = acc_key
+        run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
+        report.ran.append(cell.cell_id)
+        console.cell_done(cell.label(), cost, simulated, cell_s)
+        try:
+            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg, r.warmup)
+        except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
+            pass
+
+    # a cell's files are written on a thread of their own while the next cell simulates (a grid
+    # of small cells spent a fifth of its time writing them, bench/NOTES.md); one cell at a time,
+    # and only cells whose samples are small, so that memory and a Ctrl-C's wait stay small
+    writer = threads.pool("writer", 1)
+    writing: Future | None = None
+    pending: Future | None = None  # the previous cell's last reduction, maybe still running
+    streaming = _streams(simulate)
+    try:
+        for cell in todo:
+            t0 = time.perf_counter()
+            try:
+                spec_d = dataclasses.asdict(cell.spec)
+
+                def reduce_batch(cols, rep, logs, spec_d=spec_d):
+                    return accumulate(cols, rep, spec_d, poa_cfg, slo, logs)
+
+                streams = {"keep": keep, "reduce": reduce_batch} if streaming["reduce"] else {}
+                if streaming["tally"]:  # each replica's requests tallied in the kernels
+                    streams.update(tally=True, slo=slo)
+                if streaming["poa"]:  # ... and its PoA-hat windows solved there
+                    streams["poa"] = poa_cfg
+                if streaming["overlap"]:  # the cell's last batch is reduced while the next cell simulates
+                    streams.update(overlap=True, after=pending)
+                res = simulate(
+                    cell.spec,
+                    replicas=r.replicas,
+                    requests=r.requests,
+                    warmup=r.warmup,
+                    seed=r.seed,
+                    stream=cell.stream,
+                    backend=backend,
+                    record_candidates=True,
+                    **streams,
+                )
+                pending = getattr(res, "pending", None)
+                if not streaming["reduce"] or not hasattr(res, "reduced"):  # reduced from its whole result
+                    res = _Reduced(res, getattr(res, "acc", None) or accumulate(
+                        {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
+                    ))  # fmt: skip
+            except EngineError as e:
+                raise CellFailed(_failed_cell(grid, cell, e)) from None
+            wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
+            simulated = (
+                float(np.sum(res.replica["simulated"]))
+                if "simulated" in res.replica
+                else float(r.replicas * (r.requests + r.warmup))
+            )
+            meta = {
+                "fingerprint": fp,
+                "sim_key": key,
+                "seed": manifest.get("seed"),
+                "poa_mc_version": manifest.get("poa_mc_version"),
+                "label": cell.label(),
+                "wall_s": wall,
+                "cell_s": None,  # commit's
+                "compile_s": float(getattr(res, "compile_s", 0.0)),
+                "backend": str(getattr(res, "backend", backend)),
+                "device": str(getattr(res, "device", "")),
+                "simulated": int(simulated),
+                "sim_rps": simulated / wall if wall > 0 else None,
+                "shard": list(shard) if shard else None,
+            }
+            if writing is not None:
+                writing.result()  # one cell's files at a time, in cell order
+            job = (cell, res, meta, costs[cell.cell_id], simulated, t0)
+            if sum(a.nbytes for a in (*res.samples.values(), *(res.candidates or {}).values())) <= WRITE_BESIDE_BYTES:
+                writing = writer.submit(commit, *job)  # while the next cell simulates
+            else:
+                writing = None
+                commit(*job)
+        if writing is not None:
+            writing.result()
+    except KeyboardInterrupt:
+        _settle(writing)
+        console.close()
+        run_dir.remove_own_temporaries()
+        raise Interrupted(out, len(report.ran) + len(report.skipped), len(selected)) from None
+    finally:
+        _settle(writing)  # a failed cell: the one before it is kept whole
+        console.close()
+    if simulate is _ENGINE and timed_s > 0:
+        speed.record(backend, timed_cost, timed_s)
+
+    complete = run_dir.complete_cells(fp, key)
+    report.complete = sum(c.cell_id in complete for c in cells)
+    if finish and report.complete == len(cells):
+        from poa_mc.stats.reduce import reduce_run
+
+        console.note(f"summarising {len(cells)} cells")
+        try:
+            reduce_run(out, progress=console.summarising, stats=stats)
+            console.close()
+        except KeyboardInterrupt:
+            run_dir.remove_own_temporaries()
+            raise Interrupted(out, report.complete, len(cells)) from None
+        report.reduced = True
+        try:
+            from poa_mc.plots.plots import plot_run
+
+            console.note("drawing plots")
+            report.plots = plot_run(out, workers)
+        except KeyboardInterrupt:
+            run_dir.remove_own_temporaries()
+            raise Interrupted(out, report.complete, len(cells)) from None
+        except Exception as e:  # noqa: BLE001 - figures are a convenience; never lose a finished run over them
+            if log:
+                log(f"warning: plots failed: {e}")
+    elif report.complete == len(cells):
+        run_dir.finalize_manifest()
+    return report
+
+
+class _Reduced:
+    """A stand-in engine's result with its accumulators, as the engine's SimResult gives them."""
+
+    def __init__(self, res: Any, acc: dict) -> None:
+        self._res, self._acc = res, acc
+        self.reduced_at = time.perf_counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._res, name)
+
+    def reduced(self) -> dict:
+        return self._acc
+
+
+def _settle(writing: Future | None) -> None:
+    """Wait for a cell's files being written, whatever became of them (the caller is leaving)."""
+    if writing is not None:
+        wait([writing])
+
+
+def _failed_cell(grid: GridConfig, cell: Cell, e: Exception) -> str:
+    key = getattr(e, "key", None)
+    if key == "load":
+        key = f"grid.{grid.load_axis}[{list(grid.loads).index(cell.load)}]"
+    done = "cells finished before it are kept (--resume goes on after a fix)"
+    return f"{key + ': ' if key else ''}cell {cell.label()}: {e}; {done}"
+
+
+def _reducible(run_dir: RunDir, cell_id: str, wanted: str) -> bool:
+    """Can this complete cell be summarised with these [poa] / [slo] settings without simulating
+    it again: its accumulators were computed with them, or it kept every sample."""
+    meta = run_dir.read_meta(cell_id) or {}
+    if meta.get("acc_settings") == wanted:
+        return True
+    return meta.get("samples") == "all" and run_dir.sample_path(cell_id).exists()
+
+
+def _streams(simulate: Simulate) -> dict[str, bool]:
+    """Which of the engine's streaming arguments this simulate takes: `reduce` (with `keep`:
+    batches reduced as they leave the kernels), `overlap` (with `after`: a cell's last
+    reduction left running beside the next cell), `tally` (with `slo`: the kernels tally each
+    replica's requests) and `poa` (with tally: the kernels work PoA-hat's window sums out). A
+    stand-in without `reduce` is reduced from its whole result."""
+    if simulate is _ENGINE:
+        return {"reduce": True, "overlap": True, "tally": True, "poa": True}
+    try:
+        params = inspect.signature(simulate).parameters
+    except (TypeError, ValueError):
+        return {"reduce": False, "overlap": False, "tally": False, "poa": False}
+    return {
+        "reduce": "reduce" in params,
+        "overlap": "reduce" in params and "overlap" in params,
+        "tally": "reduce" in params and "tally" in params,
+        "poa": "reduce" in params and "tally" in params and "poa" in params,
+    }

@@ -1,0 +1,1 @@
+"""From simulated requests to figures: accumulators, sketches, the reducer, estimators, knee, games."""

@@ -1,0 +1,3 @@
+"""The package's version: in a run's manifest and fingerprint (a new version is a new engine)."""
+
+__version__ = "0.3.0"

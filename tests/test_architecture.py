@@ -1,0 +1,134 @@
+"""The host side's layers (docs/architecture.md): the import contract in pyproject.toml holds, and
+no module imports one that imports it back, however long the way round."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_import_contract_holds():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"]
+        + ["--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The import graph's strongly connected parts of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for m in sorted(graph.modules):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_no_import_circle():
+    assert _cycles(grimp.build_graph("poa_mc")) == []
+
+
+def test_a_circle_is_found():
+    """The check above can fail: a graph with a circle three modules round."""
+    g = grimp.ImportGraph()
+    for a, b in (("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d")):
+        g.add_import(importer=a, imported=b)
+    assert _cycles(g) == [["p.a", "p.b", "p.c"]]
+
+
+_TOY_POLICY = """
+import numpy as np
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.model.spec import POLICY_KINDS
+
+assert "first" in POLICY_KINDS
+grid = loads_grid('''
+[run]
+replicas = 2
+requests = 40
+warmup = 0
+[grid]
+topology = ["3P/1D"]
+concurrency = [6]
+[[policy]]
+name = "toy"
+kind = "first"
+[[policy]]
+name = "rr"
+kind = "round_robin"
+''')
+toy, rr = (simulate(c.spec, replicas=2, requests=40, warmup=0, seed=1, stream=c.stream) for c in grid.cells())
+print(sorted(set(np.unique(toy.samples["prefill_worker"]).tolist())), len(np.unique(rr.samples["prefill_worker"])))
+"""
+
+
+def test_a_policy_added_as_docs_architecture_says(tmp_path):
+    """docs/architecture.md's steps for a policy without a parameter, taken on a copy of the package:
+    a line in POLICY_TABLE and a function in router.py with its line in `choose`. The grid accepts
+    the new kind, and the kernels, compiled anew, route every request as it says."""
+    pkg = tmp_path / "poa_mc"
+    shutil.copytree(ROOT / "poa_mc", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    layout = pkg / "kernels" / "layout.py"
+    text = layout.read_text()
+    assert '    ("hash", 8),' in text
+    layout.write_text(
+        text.replace('    ("hash", 8),', '    ("hash", 8),\n    ("first", 9),  # a toy: the first candidate')
+    )
+    router = pkg / "kernels" / "router.py"
+    text = router.read_text()
+    assert "        if policy == POL_KV:\n" in text and "    @jit\n    def choose(" in text
+    text = text.replace(
+        "        if policy == POL_KV:\n",
+        "        if policy == 9:\n            return first(lo)\n" + "        if policy == POL_KV:\n",
+    )
+    text = text.replace(
+        "    @jit\n    def choose(", "    @jit\n    def first(lo):\n        return lo\n\n    @jit\n    def choose("
+    )
+    router.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _TOY_POLICY], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, spread = done.stdout.split("]")
+    assert first.strip("[ ").split(",") == ["0"]  # every prompt to the first prefill worker
+    assert int(spread) == 3  # where round robin uses all three
