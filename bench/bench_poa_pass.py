@@ -22,11 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import reference_cell  # noqa: E402
 
-from poa_mc.kernels import threads  # noqa: E402
-from poa_mc.engine import engine
-from poa_mc.kernels import cpu  # noqa: E402
+from poa_mc.engine import engine  # noqa: E402
+from poa_mc.kernels import cpu, threads  # noqa: E402
 from poa_mc.kernels import layout as L  # noqa: E402
-from poa_mc.stats import poa_plan, sketch
+from poa_mc.stats import poa_plan, sketch  # noqa: E402
 from poa_mc.stats.accumulate import poa_hat_sums  # noqa: E402
 
 
