@@ -20,7 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import reference_cell  # noqa: E402
 
-from poa_mc.engine.engine import simulate
+try:
+    from poa_mc.engine.engine import simulate
+except ImportError:  # a commit before the layers (bench/at_commit.py, bench/ab_paired.sh)
+    from poa_mc.engine import simulate
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

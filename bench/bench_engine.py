@@ -23,8 +23,13 @@ import resource
 import sys
 from pathlib import Path
 
-from poa_mc.engine.engine import simulate
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+try:
+    from poa_mc.engine.engine import simulate
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+except ImportError:  # a commit before the layers (bench/at_commit.py, bench/ab_paired.sh)
+    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+    from poa_mc.engine import simulate
 
 
 def reference_cell(n_prefill: int = 1, n_decode: int = 5, concurrency: int = 64) -> CellSpec:

@@ -23,8 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from poa_mc.engine.engine import simulate
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+try:
+    from poa_mc.engine.engine import simulate
+    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+except ImportError:  # a commit before the layers (bench/at_commit.py, bench/ab_paired.sh)
+    from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+
+    from poa_mc.engine import simulate
 
 
 def _cell(
