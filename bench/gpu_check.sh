@@ -11,7 +11,7 @@
 #   POA_MC_COMMIT=<sha of HEAD here> bash bench/gpu_check.sh "$OUT"
 set -u
 LOG_DIR=${1:-/tmp/gpu_check}
-mkdir -p "$LOG_DIR"
+mkdir -p "$LOG_DIR" && LOG_DIR=$(cd "$LOG_DIR" && pwd)  # absolute: the script changes folders
 LOG="$LOG_DIR/gpu_check.log"
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$LOG") 2>&1
@@ -37,6 +37,7 @@ PY
 # the device's memory in use, sampled every 250 ms for the whole check: its peak is reported last
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$LOG_DIR/memory_mib.txt" 2>/dev/null &
 SMI=$!
+trap 'kill $SMI 2>/dev/null' EXIT
 echo "== 1. equality CPU vs CUDA"
 timeout 200 python3 bench/gpu_equality.py 1024 300; EQ=$?
 echo "== 1b. equality on every kernel path and each built-in grid's smallest cell"

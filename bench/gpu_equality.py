@@ -147,6 +147,7 @@ def _exact(spec: CellSpec) -> bool:
         spec.policy.temperature == 0
         and "lognormal" not in (w.isl.kind, w.osl.kind)
         and w.arrival != "poisson"
+        and w.think_ms == 0
         and spec.profile.kind != "exponential"
     )
 

@@ -7,8 +7,7 @@ mkdir -p "$LOG_DIR"
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$LOG_DIR/gpu_quick.log") 2>&1
 cd "$(dirname "$0")/.."
-rm -rf /tmp/shim && mkdir -p /tmp/shim && cp -r poa_mc /tmp/shim/ && cp -r kernels /tmp/shim/poa_mc/kernels \
-  && cp -r cli /tmp/shim/poa_mc/cli && cp -r data /tmp/shim/poa_mc/data && export PYTHONPATH=/tmp/shim:${PYTHONPATH:-}
+export PYTHONPATH=$PWD:${PYTHONPATH:-}  # the tree holds the whole package (poa_mc/)
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "== equality CPU vs CUDA"
 timeout 120 python3 bench/gpu_equality.py 512 200; EQ=$?

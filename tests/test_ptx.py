@@ -67,7 +67,7 @@ def test_parse_ptxas_without_a_stack():
 @pytest.mark.parametrize(
     "registers, occupancy",
     # the CUDA occupancy calculator's figures for compute capability 9.0, 64 threads a block
-    [(255, 0.125), (168, 0.1875), (128, 0.25), (64, 0.5), (32, 1.0)],
+    [(255, 0.125), (192, 0.125), (168, 0.1875), (136, 0.1875), (128, 0.25), (64, 0.5), (40, 0.75), (32, 1.0)],
 )
 def test_occupancy_at_64_threads_a_block(registers, occupancy):
     r = ptx.Resources("run", "sm_90", registers, 0, 0, 0, 0, 0)

@@ -14,6 +14,8 @@ import click
 
 from poa_mc.cli.common import BadInput, handle_errors
 
+# The exporter (and polars) load when the command runs, not when the command line starts.
+
 
 @click.command("export")
 @click.argument("run_dir", metavar="DIR", type=click.Path(path_type=Path))

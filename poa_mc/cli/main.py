@@ -61,7 +61,7 @@ def main() -> None:
     """Monte Carlo Price of Anarchy for disaggregated LLM serving.
 
     \b
-    Quick start:   poa-mc run                    (built-in quickstart grid: ~6 s, ~77 s the first time)
+    Quick start:   poa-mc run                    (built-in quickstart grid: seconds; 1-2 min the first time)
     Your grid:     poa-mc validate grid.toml && poa-mc run --grid grid.toml
     Analyse:       python -c "import poa_mc; print(poa_mc.load('runs/quickstart').poa.collect())"
 

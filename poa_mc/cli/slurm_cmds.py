@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from poa_mc.cli.common import BadInput, resolve_grid_path
 from poa_mc.run import slurm
 
 
@@ -24,10 +25,6 @@ def _grid_file(arg: str) -> Path:
     path = Path(arg)
     if path.is_file():
         return path
-    try:
-        from poa_mc.cli.common import BadInput, resolve_grid_path
-    except ImportError:  # a checkout without the main CLI: plain files only
-        raise slurm.SlurmError(f"--grid: no such file {arg}", bad_input=True) from None
     try:
         return resolve_grid_path(arg)
     except BadInput as e:

@@ -31,6 +31,7 @@ _SM_REGISTERS = 65536
 _SM_WARPS = 64
 _SM_BLOCKS = 32
 _REG_UNIT = 256
+_SUB_PARTITIONS = 4
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,13 @@ class Resources:
     ptx_bytes: int
 
     def occupancy(self, threads_per_block: int = THREADS_PER_BLOCK) -> float:
-        """Resident warps per SM over the most it can hold, as registers allow."""
+        """Resident warps per SM over the most it can hold, as registers allow: each of the SM's
+        four sub-partitions holds the warps its quarter of the register file fits (as the CUDA
+        occupancy calculator counts them)."""
         warps = -(-threads_per_block // 32)
         per_warp = -(-self.registers * 32 // _REG_UNIT) * _REG_UNIT
-        blocks = min(_SM_BLOCKS, _SM_REGISTERS // (per_warp * warps), _SM_WARPS // warps)
+        by_registers = (_SM_REGISTERS // _SUB_PARTITIONS // per_warp) * _SUB_PARTITIONS
+        blocks = min(_SM_BLOCKS, by_registers // warps, _SM_WARPS // warps)
         return blocks * warps / _SM_WARPS
 
     def row(self) -> dict:
@@ -58,19 +62,17 @@ class Resources:
 
 
 def ptxas() -> str | None:
-    """ptxas on PATH, else the one in the nvidia-cuda-nvcc wheel; None when neither is there."""
-    found = shutil.which("ptxas")
-    if found:
-        return found
+    """The ptxas of the nvidia-cuda-nvcc wheel (the toolkit NVVM's PTX comes from: an older ptxas
+    refuses a newer PTX version or sm_100), else one on PATH; None when neither is there."""
     try:
         import nvidia.cuda_nvcc as nvcc
     except ImportError:
-        return None
+        return shutil.which("ptxas")
     for root in nvcc.__path__:
         path = Path(root) / "bin" / "ptxas"
         if path.is_file():
             return str(path)
-    return None
+    return shutil.which("ptxas")
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
@@ -120,7 +122,8 @@ def assemble(ptx: str, arch: str, max_registers: int | None = None) -> dict[str,
             text=True,
         )
     if done.returncode != 0:
-        raise RuntimeError(f"ptxas -arch={arch} failed: {done.stderr.strip().splitlines()[-1:]}")
+        said = [line for line in done.stderr.splitlines() if "error" in line.lower()] or done.stderr.splitlines()
+        raise RuntimeError(f"ptxas -arch={arch} failed: " + " | ".join(said[:5]))
     entries = parse_ptxas(done.stderr + done.stdout)
     if len(entries) != 1:
         raise RuntimeError(f"expected one entry function in the PTX, ptxas reported {len(entries)}")
