@@ -380,8 +380,8 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     # a fresh clone's first run compiles both CPU builds here, then the simulator runs every kernel
-    # path in Python: over 600 s on 2 cores with numba-cuda's simulator (the `gpu` extra), which is
-    # slower than the one numba itself ships
+    # path in Python: it took over 600 s on 2 cores once the `gpu` extra was installed (numba-cuda's
+    # simulator then runs it in place of the one numba itself ships)
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EQUAL" in out.stdout
