@@ -323,12 +323,16 @@ def test_validate_prints_the_expected_time_from_the_measured_speed(grid_file, tm
     assert r.exit_code == 0 and "about 2.2 s of simulation" in r.output, r.output  # 2 s + 8 cells x 0.02 s
 
 
-def test_ctrl_c_stops_at_once_leaves_nothing_half_written_and_resumes(grid_file, tmp_path):
-    """A real SIGINT while the real engine simulates: exit 130 within moments, a line saying how
-    to resume, no temporary file; --resume then finishes the grid."""
+@pytest.mark.parametrize("sig, says", [("SIGINT", "interrupted"), ("SIGTERM", "stopped by SIGTERM"),
+                                       ("SIGHUP", "stopped by SIGHUP")])  # fmt: skip
+def test_ctrl_c_stops_at_once_leaves_nothing_half_written_and_resumes(grid_file, tmp_path, sig, says):
+    """A real SIGINT (Ctrl-C), SIGTERM (Slurm's time limit, preemption) or SIGHUP (a closed
+    terminal) while the real engine simulates: exit 128 + the signal within moments, a line saying
+    how to resume, no temporary file; --resume then finishes the grid."""
     import signal
     import time
 
+    signum = getattr(signal, sig)
     out = tmp_path / "out"
     args = ["run", "--grid", str(grid_file), "--out", str(out), "--set", "grid.concurrency=[32]",
             "--replicas", "1200", "--requests", "1500", "--backend", "cpu"]  # fmt: skip
@@ -340,11 +344,12 @@ def test_ctrl_c_stops_at_once_leaves_nothing_half_written_and_resumes(grid_file,
             break
     time.sleep(0.3)
     t0 = time.perf_counter()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rest = proc.stderr.read()
     rc = proc.wait(timeout=60)
     waited = time.perf_counter() - t0
-    assert rc == 130, rest
+    assert rc == 128 + signum, rest
+    assert rest.startswith(f"{says}: "), rest
     assert waited < 1.0, f"took {waited:.2f} s to stop"
     assert "--resume" in rest and "cells are complete" in rest
     assert not list(out.rglob("*.tmp"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from importlib import resources
@@ -109,6 +110,7 @@ def handle_errors(fn: F) -> F:
         from poa_mc.model.sections import ConfigError
         from poa_mc.run.runner import CellFailed, EnvironmentFault, Interrupted
 
+        _stop_on_signals()
         try:
             return fn(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -130,22 +132,48 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# The signals a run is stopped by besides Ctrl-C: SIGTERM (Slurm at a time limit, at preemption,
+# and `--signal` ahead of the limit; `kill`), SIGHUP (the terminal or ssh session closed)
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+_received: list[int] = []
+
+
+def _stop(signum: int, frame: Any) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop a command as Ctrl-C does (nothing half-written, the resume command
+    printed), with the exit code 128 + the signal's number. Only the main thread may set them."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _stop)
+
+
 def _interrupted(e: BaseException) -> None:
-    """Ctrl-C: say what is kept and how to go on, then leave at once with 130 (128 + SIGINT);
-    os._exit, because a kernel thread that cannot be stopped would otherwise hold the exit."""
+    """Ctrl-C, SIGTERM or SIGHUP: say what is kept and how to go on, then leave at once with 128 +
+    the signal's number (130, 143, 129); os._exit, because a kernel thread that cannot be stopped
+    would otherwise hold the exit."""
     import shlex
 
     from poa_mc.run.runner import Interrupted
 
+    signum = _received[0] if _received else int(signal.SIGINT)
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     if isinstance(e, Interrupted):
         argv = [a for a in sys.argv[1:] if a != "--resume"]
         out = [] if "--out" in argv or any(a.startswith("--out=") for a in argv) else ["--out", str(e.out)]
         cmd = shlex.join(["poa-mc", *argv, *out, "--resume"])
-        msg = f"interrupted: {e.done} of {e.total} cells are complete in {e.out}; go on with: {cmd}"
+        msg = f"{what}: {e.done} of {e.total} cells are complete in {e.out}; go on with: {cmd}"
     else:
-        msg = "interrupted"
+        msg = what
     try:
         sys.stdout.flush()
         print(msg, file=sys.stderr, flush=True)
     finally:
-        os._exit(130)
+        os._exit(128 + signum)

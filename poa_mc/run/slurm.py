@@ -78,6 +78,9 @@ class SlurmError(Exception):
         self.bad_input = bad_input
 
 
+SIGNAL_LEAD_S = 90  # the warning signal's lead on the time limit (#SBATCH --signal)
+
+
 @dataclass(frozen=True)
 class SlurmOptions:
     """What the user asks of the scheduler; rendered into #SBATCH lines verbatim after validation."""
@@ -209,6 +212,10 @@ def render_array_script(grid: Path, out: Path, opts: SlurmOptions, n_tasks: int,
         f"#SBATCH --error={log}",
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue",
+        # SIGTERM to the batch shell SIGNAL_LEAD_S before the time limit (Slurm may send it up to a
+        # minute earlier still): the shell hands it to poa-mc, which stops with its resume line and
+        # status 143 before the limit's SIGKILL; finished cells are kept and a resubmission goes on
+        f"#SBATCH --signal=B:TERM@{SIGNAL_LEAD_S}",
         *opts.extra,
     ]
     run_cmd = [
@@ -242,8 +249,15 @@ def render_array_script(grid: Path, out: Path, opts: SlurmOptions, n_tasks: int,
             ' (job ${SLURM_ARRAY_JOB_ID:-?}_${SHARD}, restart ${SLURM_RESTART_COUNT:-0})"'
         ),
         # Not exec: the closing line below is what `poa-mc status` reads when sacct is unavailable.
-        " ".join(run_cmd),
+        # In the background, waited for: bash runs a trap only between commands, so a foreground
+        # poa-mc would not hear the time limit's SIGTERM (or a SIGHUP) the shell was sent.
+        " ".join(run_cmd) + " &",
+        "pid=$!",
+        """trap 'kill -TERM "$pid" 2>/dev/null' TERM HUP""",
+        'wait "$pid"',
         "rc=$?",
+        # a trap ends the first wait early (128 + the signal): wait again for poa-mc's own status
+        'if kill -0 "$pid" 2>/dev/null; then wait "$pid"; rc=$?; fi',
         'echo "[poa-mc] $(date -Is) shard $SHARD/$NSHARDS exited with status $rc"',
         "exit $rc",
         "",
