@@ -299,8 +299,8 @@ def test_time_limit_warning_stops_a_task_between_cells_and_resubmission_finishes
 
     cluster.poa("submit", "--grid", GRID, "--partition", PARTITION, "--out", out)
     jobs = json.loads((out / "slurm" / "jobs.json").read_text())["submissions"]
-    wait_for("the resubmission", lambda: not cluster.queued([j[k] for j in jobs for k in
-                                                             ("array_job_id", "reduce_job_id")]), DEADLINE_S, cluster, 1.0)  # fmt: skip
+    ids = [j[k] for j in jobs for k in ("array_job_id", "reduce_job_id")]
+    wait_for("the resubmission", lambda: not cluster.queued(ids), DEADLINE_S, cluster, 1.0)
     assert all(p.stat().st_mtime_ns == ns for p, ns in kept.items()), "a finished cell was rewritten"
     for name in ("summary.parquet", "poa.parquet"):
         a, b = read_frame(out / name), read_frame(local / name)
