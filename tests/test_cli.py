@@ -485,3 +485,49 @@ def test_a_cold_kernel_cache_is_announced_before_the_first_cell(grid_file, tmp_p
     assert len(said) == (0 if warm else 1)
     if not warm:
         assert r.output.index("compiling the cpu kernels") < r.output.index("[1/8]")
+
+
+REPLAY_PRESSURE = """
+[run]
+name = "finite"
+replicas = 2
+requests = 200
+warmup = 0
+
+[workload]
+isl = 300
+osl = 150
+prefix_groups = 3
+prefix_ratio = 0.4
+
+[cluster]
+decode_kv_blocks = 30
+decode_admission = "replay"
+
+[grid]
+topology = ["1P/2D"]
+concurrency = [24]
+
+[[policy]]
+name = "kv"
+kind = "kv"
+"""
+
+
+def test_run_drain_is_a_finite_run_and_the_replays_starvation_names_it(tmp_path):
+    """[run] drain = true reaches the engine (no arrival after the measured requests, as a
+    benchmark with a fixed request count runs); the replay's admission rule, which starves
+    preempted requests under sustained KV pressure, fails naming the keys a user can set."""
+    grid = tmp_path / "finite.toml"
+    grid.write_text(REPLAY_PRESSURE)
+    r = invoke("run", "--grid", grid, "--out", tmp_path / "on", "-q", "--backend", "cpu")
+    assert r.exit_code == 2, r.output
+    assert 'cluster.decode_admission = "fcfs", or run.drain = true' in r.output, r.output
+    r = invoke("run", "--grid", grid, "--out", tmp_path / "finite", "-q", "--backend", "cpu", "--set", "run.drain=true")
+    assert r.exit_code == 0, r.output
+    meta = [json.loads(p.read_text()) for p in (tmp_path / "finite" / "meta").glob("*.json")]
+    assert [m["simulated"] for m in meta] == [2 * 200]  # every replica stops arriving at its 200th request
+    manifest = json.loads((tmp_path / "finite" / "manifest.json").read_text())
+    assert manifest["grid"]["run"]["drain"] is True
+    r = invoke("validate", grid, "--set", "run.drain=1")
+    assert r.exit_code == 2 and "run.drain" in r.output and "true or false" in r.output, r.output

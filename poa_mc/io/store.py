@@ -216,7 +216,7 @@ class RunDir:
         already on disk is a cell of the new grid, simulated exactly as the new grid would."""
         if old.get("sim_key") is None or old.get("sim_key") != new.get("sim_key"):
             why = []
-            for key in ("seed", "replicas", "requests", "warmup"):
+            for key in ("seed", "replicas", "requests", "warmup", "drain"):
                 a, b = old.get("grid", {}).get("run", {}).get(key), new["grid"]["run"].get(key)
                 if a != b:
                     why.append(f"run.{key} {a} there, {b} here")

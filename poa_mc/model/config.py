@@ -127,7 +127,7 @@ def _positive(value: float, path: str, *, allow_zero: bool = False) -> None:
 # sections
 
 
-_RUN_FIELDS = ("name", "seed", "replicas", "requests", "warmup", "backend", "out")
+_RUN_FIELDS = ("name", "seed", "replicas", "requests", "warmup", "backend", "out", "drain")
 
 
 def _parse_run(doc: dict) -> RunSection:
@@ -145,6 +145,7 @@ def _parse_run(doc: dict) -> RunSection:
             "warmup": (int, 100),
             "backend": (str, "auto"),
             "out": (str, ""),
+            "drain": (bool, False),
         },
         "run",
     )

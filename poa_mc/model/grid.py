@@ -96,6 +96,8 @@ class GridConfig:
         drop_tier_keys(d["cluster"], d["policies"])  # and a cluster without lower tiers
         if self.workload.client is None:
             d["workload"].pop("client")  # and a grid without [client]
+        if not self.run.drain:
+            d["run"].pop("drain")  # and a run that keeps the load on
         if self.workload.trace is None:
             d["workload"].pop("trace")  # and a synthetic workload
         else:  # a replayed trace: its lengths and location follow from the file's digest

@@ -57,6 +57,10 @@ class RunSection:
     backend: str = "auto"
     out: str = ""
     samples: str | int = "all"  # per-request samples written: "all", "none", or the first N per replica
+    # a finite run, as a benchmark with a fixed request count (AIPerf) or Dynamo's replay: no request
+    # arrives after the measured ones, so the load falls away at the end (default: it stays on
+    # until the last measured request ends)
+    drain: bool = False
 
     def keep(self) -> int | None:
         """Measured requests of each replica the samples keep (None: all)."""

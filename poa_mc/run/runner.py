@@ -69,7 +69,7 @@ def sim_key(grid: GridConfig) -> str:
     seed, Monte Carlo sizes and poa-mc's version. Cells of two grids with equal sim keys and cell
     ids are the same simulation, which is what lets --resume grow a grid."""
     r = grid.run
-    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__])
+    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__, *(["drain"] if r.drain else [])])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -349,6 +349,8 @@ def run_grid(
                     streams["poa"] = poa_cfg
                 if streaming["overlap"]:  # the cell's last batch is reduced while the next cell simulates
                     streams.update(overlap=True, after=pending)
+                if r.drain:  # a finite run (a stand-in engine without `drain` refuses it)
+                    streams["drain"] = True
                 res = simulate(
                     cell.spec,
                     replicas=r.replicas,
