@@ -392,8 +392,8 @@ def test_damaged_run_directories_are_named_not_crashed_on(grid_file, tmp_path, f
     assert r.exit_code == 2 and str(samples) in r.output and "not a readable Parquet file" in r.output, r.output
     part = next(out.glob("acc/*/part.parquet"))  # the summary reads the accumulators
     part.write_bytes(b"garbage")
-    r = invoke("reduce", out)
-    assert r.exit_code == 2 and str(part) in r.output and "not a readable Parquet file" in r.output
+    r = invoke("reduce", out)  # the size and checksum the run recorded no longer match: the cell is named
+    assert r.exit_code == 2 and str(part) in r.output and "is damaged" in r.output and "--resume" in r.output
     (out / "manifest.json").write_text("{not json")
     plots = {p: p.stat().st_mtime_ns for p in (out / "plots").glob("*.png")}
     for cmd in (["reduce", out], ["plot", out], ["run", "--grid", grid_file, "--out", out, "--resume"]):
@@ -531,3 +531,42 @@ def test_run_drain_is_a_finite_run_and_the_replays_starvation_names_it(tmp_path)
     assert manifest["grid"]["run"]["drain"] is True
     r = invoke("validate", grid, "--set", "run.drain=1")
     assert r.exit_code == 2 and "run.drain" in r.output and "true or false" in r.output, r.output
+
+
+def test_damaged_cells_are_found_named_and_recomputed_by_resume(grid_file, tmp_path, fake):
+    """A truncated accumulators file and a samples file altered in place (same size, as a bad disk
+    block or a half-synced network file system leaves them): `status` lists both cells as damaged,
+    `reduce` names the cell and the command that repairs it, and `run --resume` simulates exactly
+    those cells again, the run then equal to the undamaged one."""
+    out = tmp_path / "out"
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    before = {name: pl.read_parquet(out / name) for name in ("summary.parquet", "poa.parquet")}
+    accs = sorted(out.glob("acc/*/part.parquet"))
+    cut = accs[0]
+    cut.write_bytes(cut.read_bytes()[:-100])
+    flipped = sorted(out.glob("samples/*/part.parquet"))[-1]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    cells = {cut.parent.name.split("=")[1], flipped.parent.name.split("=")[1]}
+    assert len(cells) == 2
+    stamps = {p: p.stat().st_mtime_ns for p in accs if p != cut and p.parent.name.split("=")[1] not in cells}
+
+    r = invoke("status", out, "--json")
+    assert r.exit_code == 0, r.output
+    js = json.loads(r.output)["cells"]
+    assert set(js["damaged"]) == cells and js["pending"] == 2, js
+    r = invoke("status", out)
+    assert "damaged cells (2" in r.output and "--resume" in r.output, r.output
+    r = invoke("reduce", out)
+    assert r.exit_code == 2 and "is damaged" in r.output and f"--out {out} --resume" in r.output, r.output
+
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", "-q")
+    assert r.exit_code == 0 and "2 damaged cell(s) are simulated again" in r.output, r.output
+    assert all(p.stat().st_mtime_ns == ns for p, ns in stamps.items()), "an undamaged cell was rewritten"
+    assert json.loads(invoke("status", out, "--json").output)["cells"]["damaged"] == []
+    for name, frame in before.items():
+        assert pl.read_parquet(out / name).equals(frame, null_equal=True), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    rec = manifest["cells"][cut.parent.name.split("=")[1]]["files"]["acc"]
+    assert rec["bytes"] == cut.stat().st_size and len(rec["sha256"]) == 64

@@ -225,9 +225,15 @@ def test_good_times(good: str) -> None:
 
 
 def mark_done(out: Path, cell: str) -> None:
-    d = out / "acc" / f"cell_id={cell}"  # a cell's commit point
+    """A cell as run writes it: its meta (with the written file's record), then its accumulators
+    (the commit point)."""
+    from poa_mc.io.store import atomic_write_json, file_record
+
+    d = out / "acc" / f"cell_id={cell}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "part.parquet").write_bytes(b"PAR1")
+    record = {"acc": file_record(d / "part.parquet")}
+    atomic_write_json(out / "meta" / f"{cell}.json", {"cell_id": cell, "files": record})
 
 
 def test_submit_array_then_reduce(tmp_path: Path) -> None:
@@ -443,7 +449,7 @@ def test_status_prefers_sacct(tmp_path: Path) -> None:
     assert [s.task.state if s.task else None for s in st.shards] == ["COMPLETED", "TIMEOUT", "PENDING", "PENDING"]
     assert [(t.task, t.state) for t in st.failed] == [(1, "TIMEOUT")]
     js = st.to_json()
-    assert js["cells"] == {"total": 8, "done": 0, "pending": 8}
+    assert js["cells"] == {"total": 8, "done": 0, "pending": 8, "damaged": []}
     json.dumps(js)
 
 
@@ -517,7 +523,7 @@ def test_cli_status_plain_and_json(cli: click.Group, tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["status", str(tmp_path)])
     assert res.exit_code == 0 and "cells: 1/2 done" in res.output
     res = CliRunner().invoke(cli, ["status", str(tmp_path), "--json"])
-    assert json.loads(res.output)["cells"] == {"total": 2, "done": 1, "pending": 1}
+    assert json.loads(res.output)["cells"] == {"total": 2, "done": 1, "pending": 1, "damaged": []}
 
 
 def test_bookkeeping_survives_a_shard_sweeping_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -842,8 +842,8 @@ def simulate(
             "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
             2: "the event limit was reached (the cluster made no progress"
             + (
-                "; cluster.decode_admission = \"replay\" starves preempted requests under sustained KV pressure: "
-                "set cluster.decode_admission = \"fcfs\", or run.drain = true (a finite run, as the replay's)"
+                '; cluster.decode_admission = "replay" starves preempted requests under sustained KV pressure: '
+                'set cluster.decode_admission = "fcfs", or run.drain = true (a finite run, as the replay\'s)'
                 if spec.cluster.decode_admission == "replay"
                 else ""
             )

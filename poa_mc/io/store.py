@@ -20,6 +20,7 @@ files they share (manifest, cells.parquet) have equal content.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import socket
@@ -36,6 +37,18 @@ MANIFEST_FORMAT = 1
 
 class RunDirError(Exception):
     """The directory cannot be used for this run (wrong grid or seed, not a run dir). Exit code 2."""
+
+
+class DamagedCellError(RunDirError):
+    """A complete cell's file is not what was written (a truncated or altered file): named, with
+    the command that recomputes it."""
+
+    def __init__(self, root: Path, cell_id: str, why: str, grid: str = "GRID") -> None:
+        self.cell_id = cell_id
+        super().__init__(
+            f"cell {cell_id} is damaged: {why}; `poa-mc run --grid {grid} --out {root} --resume` simulates "
+            f"it again (`poa-mc status {root}` lists every damaged cell)"
+        )
 
 
 def fingerprint(resolved_grid: dict[str, Any], version: str = __version__) -> str:
@@ -104,15 +117,60 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
-def atomic_write_parquet(df: pl.DataFrame, path: Path) -> None:
+def atomic_write_parquet(df: pl.DataFrame, path: Path) -> dict[str, Any]:
+    """Write `df` to `path` atomically; its size and checksum (file_record)."""
+    tmp, record = _stage_parquet(df, path)
+    os.replace(tmp, path)
+    return record
+
+
+def _stage_parquet(df: pl.DataFrame, path: Path) -> tuple[Path, dict[str, Any]]:
+    """`df` written and synced to `path`'s temporary name (nothing left there on failure): the
+    temporary file and its record, for the caller to rename into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
-    # zstd's level 1: a 5 M-row cell's samples came out as small as at polars' default level
-    # (146 against 147 MiB; small cells 6% larger) and were written in 60% of the time (bench/NOTES.md)
-    df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=True)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        # zstd's level 1: a 5 M-row cell's samples came out as small as at polars' default level
+        # (146 against 147 MiB; small cells 6% larger) and were written in 60% of the time (bench/NOTES.md)
+        df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=True)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        return tmp, file_record(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_CHUNK = 1 << 20
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What a written file must still be: its size in bytes and SHA-256 (a run's integrity check)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _damage(path: Path, record: dict[str, Any] | None) -> str | None:
+    """Why `path` is not the file `record` describes (None: it is, or there is no record to check)."""
+    if record is None:
+        return None
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    if size != record.get("bytes"):
+        return f"{size:,} bytes, {record.get('bytes'):,} written"
+    try:
+        if file_record(path)["sha256"] != record.get("sha256"):
+            return "its checksum differs from the one written"
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    return None
 
 
 def _create_exclusive_json(path: Path, obj: Any) -> bool:
@@ -299,13 +357,51 @@ class RunDir:
     def write_cell(
         self, cell_id: str, acc: pl.DataFrame, meta: dict[str, Any], samples: pl.DataFrame | None = None
     ) -> None:
-        """Meta first, then the samples (if kept), accumulators last: the commit point of a cell."""
-        atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta})
-        if samples is not None:
-            atomic_write_parquet(samples, self.sample_path(cell_id))
-        else:  # a re-run that keeps none leaves no older samples behind
-            self.sample_path(cell_id).unlink(missing_ok=True)
-        atomic_write_parquet(acc, self.acc_path(cell_id))
+        """Meta first, then the samples (if kept), accumulators last: the commit point of a cell.
+        The Parquet files are staged under temporary names first, so that the meta can record
+        their sizes and checksums (`files`), against which `damaged` checks them later."""
+        staged: list[Path] = []
+        try:
+            files = {}
+            if samples is not None:
+                tmp_s, files["samples"] = _stage_parquet(samples, self.sample_path(cell_id))
+                staged.append(tmp_s)
+            tmp_a, files["acc"] = _stage_parquet(acc, self.acc_path(cell_id))
+            staged.append(tmp_a)
+            atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta, "files": files})
+            if samples is not None:
+                os.replace(tmp_s, self.sample_path(cell_id))
+            else:  # a re-run that keeps none leaves no older samples behind
+                self.sample_path(cell_id).unlink(missing_ok=True)
+            os.replace(tmp_a, self.acc_path(cell_id))
+        except BaseException:
+            for tmp in staged:
+                tmp.unlink(missing_ok=True)
+            raise
+
+    def cell_damage(self, cell_id: str) -> str | None:
+        """Why a complete cell's files are not what was written (None: they are). Checks each file
+        the meta records (size, then SHA-256); a cell written before poa-mc recorded them is
+        checked for a readable meta only."""
+        try:
+            meta = json.loads(self.meta_path(cell_id).read_text())
+        except FileNotFoundError:
+            return f"{self.meta_path(cell_id)}: missing"
+        except (OSError, ValueError) as e:
+            return f"{self.meta_path(cell_id)}: unreadable ({type(e).__name__})"
+        files = meta.get("files") if isinstance(meta, dict) else None
+        if not isinstance(files, dict):
+            return None
+        for kind, path in (("acc", self.acc_path(cell_id)), ("samples", self.sample_path(cell_id))):
+            why = _damage(path, files.get(kind))
+            if why:
+                return f"{path}: {why}"
+        return None
+
+    def damaged(self, cell_ids: set[str] | None = None) -> dict[str, str]:
+        """The complete cells (or these of them) whose files are damaged: cell id -> why."""
+        ids = self.complete_cells() if cell_ids is None else cell_ids
+        return {cid: why for cid in sorted(ids) if (why := self.cell_damage(cid))}
 
     def _temporaries(self) -> list[Path]:
         """The temporary files (".<name>.tmp") under DIR. Other processes create and remove files and
@@ -342,10 +438,40 @@ class RunDir:
             p.unlink(missing_ok=True)
 
     def read_samples(self, cell_id: str) -> pl.DataFrame:
-        return read_parquet_or_fail(self.sample_path(cell_id))
+        return self._read_checked(cell_id, "samples", self.sample_path(cell_id))
 
     def read_acc(self, cell_id: str) -> pl.DataFrame:
-        return read_parquet_or_fail(self.acc_path(cell_id))
+        return self._read_checked(cell_id, "acc", self.acc_path(cell_id))
+
+    def _read_checked(self, cell_id: str, kind: str, path: Path) -> pl.DataFrame:
+        """A cell's file, checked against the size and checksum its meta recorded (read once):
+        DamagedCellError naming the cell when it differs or does not parse."""
+        record = ((self.read_meta(cell_id) or {}).get("files") or {}).get(kind)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            why = f"{path}: unreadable ({e.strerror or e})"
+            raise DamagedCellError(self.root, cell_id, why, self._grid()) from None
+        if record is not None and (
+            len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256")
+        ):
+            why = f"{path}: its checksum differs from the one written"
+            raise DamagedCellError(self.root, cell_id, why, self._grid())
+        try:
+            return pl.read_parquet(io.BytesIO(data))
+        except (pl.exceptions.PolarsError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DamagedCellError(
+                self.root, cell_id, f"{path}: not a readable Parquet file ({first})", self._grid()
+            ) from None
+
+    def _grid(self) -> str:
+        """The grid file this run was made from, for a repair command (GRID when unknown)."""
+        try:
+            source = json.loads(self.manifest_path.read_text()).get("source")
+        except (OSError, ValueError, AttributeError):
+            return "GRID"
+        return source if isinstance(source, str) and Path(source).is_file() else "GRID"
 
     def read_cells(self) -> pl.DataFrame:
         if not self.cells_path.exists():

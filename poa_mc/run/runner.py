@@ -46,6 +46,7 @@ class RunReport:
     selected: int  # cells of this shard
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # already complete (--resume)
+    repaired: list[str] = field(default_factory=list)  # complete but damaged on disk: simulated again
     complete: int = 0  # cells of the grid complete on disk after the run
     reduced: bool = False
     plots: list[Path] = field(default_factory=list)
@@ -270,12 +271,20 @@ def run_grid(
 
     wanted = acc_settings(manifest["grid"]["poa"], manifest["grid"].get("slo", {}))
     done = {c for c in done if _reducible(run_dir, c, wanted)}
+    # a cell whose files are not what was written (truncated or altered on disk) is simulated again
+    damaged = run_dir.damaged(done & {c.cell_id for c in selected}) if done else {}
+    done -= set(damaged)
     todo = [c for c in selected if c.cell_id not in done]
     report.skipped = [c.cell_id for c in selected if c.cell_id in done]
 
     simulate = simulate or _default_simulate()
     costs = {c.cell_id: estimate_cost(c, grid.run) for c in todo}
     console = RunConsole(len(todo), sum(costs.values()), quiet=quiet)
+    if damaged:
+        first = next(iter(damaged.items()))
+        msg = f"{len(damaged)} damaged cell(s) are simulated again (cell {first[0]}: {first[1]})"
+        (log or console.note)(f"warning: {msg}")
+    report.repaired = sorted(damaged)
     if todo and simulate is _ENGINE and _kernels_cold(backend, todo):
         console.note(
             f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"

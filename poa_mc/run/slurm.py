@@ -349,16 +349,19 @@ def norm_cell_id(value: object) -> str:
     return str(int(s)) if s.isdigit() else s
 
 
-def done_cells(out: Path) -> set[str]:
-    """Cells whose accumulators are on disk (acc/cell_id=XXXX/part.parquet, a cell's commit point)."""
-    acc = out / "acc"
-    if not acc.is_dir():
-        return set()
-    done: set[str] = set()
-    for d in acc.iterdir():
-        if d.name.startswith("cell_id=") and (d / "part.parquet").is_file():
-            done.add(norm_cell_id(d.name.split("=", 1)[1]))
-    return done
+def done_cells(out: Path, damaged: dict[str, str] | None = None) -> set[str]:
+    """Cells whose accumulators are on disk (acc/cell_id=XXXX/part.parquet, a cell's commit point)
+    and whose files are what was written; the damaged ones (id -> why) go into `damaged` when
+    given. A resubmission runs the shards of damaged cells again, and their tasks (--resume)
+    simulate them again."""
+    from poa_mc.io.store import RunDir
+
+    run_dir = RunDir(out)
+    done = run_dir.complete_cells()
+    bad = run_dir.damaged(done)
+    if damaged is not None:
+        damaged.update({norm_cell_id(c): why for c, why in bad.items()})
+    return {norm_cell_id(c) for c in done - set(bad)}
 
 
 def all_cells(out: Path) -> list[str] | None:
@@ -752,6 +755,7 @@ class RunStatus:
     reduce: list[TaskState]
     failed: list[TaskState]
     source: str
+    damaged: dict[str, str] = field(default_factory=dict)  # complete cells whose files changed: id -> why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -760,6 +764,7 @@ class RunStatus:
                 "total": self.total,
                 "done": self.done,
                 "pending": None if self.total is None else self.total - self.done,
+                "damaged": sorted(self.damaged),
             },
             "shards": [
                 {
@@ -792,7 +797,8 @@ def collect_status(out: Path, *, runner: Runner = _run) -> RunStatus:
             RunDir(out).read_manifest()
         except RunDirError as e:
             raise SlurmError(str(e), bad_input=True) from None
-    done = done_cells(out)
+    damaged: dict[str, str] = {}
+    done = done_cells(out, damaged)
     cells = all_cells(out)
     subs = read_jobs(out)
     shard_info = read_shards(out)
@@ -857,7 +863,7 @@ def collect_status(out: Path, *, runner: Runner = _run) -> RunStatus:
         failed.sort(key=lambda t: (int(t.job_id) if t.job_id.isdigit() else 0, t.task or 0))
     total = len(cells) if cells is not None else None
     n_done = len(done & set(cells)) if cells is not None else len(done)
-    return RunStatus(out, total, n_done, shards, subs, reduce, failed, source)
+    return RunStatus(out, total, n_done, shards, subs, reduce, failed, source, damaged)
 
 
 def _array_tasks(spec: str) -> list[int]:
@@ -889,6 +895,14 @@ def format_status(st: RunStatus) -> str:
             rstate = next((r.state for r in st.reduce if r.job_id == str(red)), "")
             arr = f"array {s.get('array_job_id')} [{s.get('array')}]" if s.get("array_job_id") else "no array"
             lines.append(f"  {i}. {s.get('submitted_at', '?')}: {arr}, reduce {red} {rstate}".rstrip())
+    if st.damaged:
+        lines.append("")
+        lines.append(
+            f"damaged cells ({len(st.damaged)}; counted as pending, simulated again by --resume or a resubmission):"
+        )
+        lines += [f"  {cid}: {why}" for cid, why in st.damaged.items()]
+        if not st.submissions:
+            lines.append(f"  repair: poa-mc run --grid GRID --out {st.out} --resume")
     if st.failed:
         lines.append("")
         lines.append("failed tasks (their finished cells stand):")
