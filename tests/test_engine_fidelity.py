@@ -214,7 +214,7 @@ def test_the_replays_admission_rule_starves_preempted_requests_without_a_drain()
         profile=spec.profile,
         policy=spec.policy,
     )
-    with pytest.raises(EngineError, match="decode_admission = \"replay\" starves"):
+    with pytest.raises(EngineError, match='decode_admission = "replay" starves'):
         _run(replay, requests=200, replicas=2)
     finite = _run(replay, requests=200, replicas=2, drain=True)
     fcfs = _run(spec, requests=200, replicas=2, drain=True)
