@@ -570,3 +570,45 @@ def test_damaged_cells_are_found_named_and_recomputed_by_resume(grid_file, tmp_p
     manifest = json.loads((out / "manifest.json").read_text())
     rec = manifest["cells"][cut.parent.name.split("=")[1]]["files"]["acc"]
     assert rec["bytes"] == cut.stat().st_size and len(rec["sha256"]) == 64
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 600 KiB tmpfs, mounted for the test (root only): a disk that fills mid-run, for real."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def test_a_full_disk_mid_run_is_one_line_nothing_half_written_and_resume_completes(grid_file, tmp_path, small_disk):
+    """ENOSPC on a real (tmpfs) file system part-way through a grid: exit 2 with one line naming
+    the file, no temporary or partial file, finished cells kept; once there is room, --resume
+    completes the run, equal to one written to a roomy disk."""
+    args = ["run", "--grid", str(grid_file), "--replicas", "64", "--requests", "400", "--backend", "cpu", "-q"]
+
+    def poa(*extra):
+        return subprocess.run([sys.executable, "-m", "poa_mc.cli.main", *args, *map(str, extra)],
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+
+    out = small_disk / "run"
+    r = poa("--out", out)
+    errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("warning:")]
+    assert r.returncode == 2 and len(errors) == 1, r.stderr
+    assert errors[0].startswith(f"Error: cannot write {out}/") and "No space left on device" in errors[0], errors[0]
+    assert "Traceback" not in r.stderr and not list(out.rglob("*.tmp"))
+    kept = list(out.glob("acc/*/part.parquet"))
+    assert 1 <= len(kept) < 8, kept
+    for part in out.glob("samples/*/part.parquet"):  # every Parquet file there is whole
+        pl.read_parquet(part)
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    assert poa("--out", out, "--resume").returncode == 0
+    assert poa("--out", tmp_path / "roomy").returncode == 0
+    for name in ("summary.parquet", "poa.parquet"):
+        a, b = pl.read_parquet(out / name), pl.read_parquet(tmp_path / "roomy" / name)
+        assert a.equals(b, null_equal=True), name

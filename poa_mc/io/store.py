@@ -23,8 +23,11 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +102,46 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class WriteFault(RunDirError):
+    """A file of the run could not be written (a full disk, a quota, an I/O error, a read-only or
+    vanished mount): named, nothing half-written left, finished cells kept. Exit code 2."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path = path
+        super().__init__(
+            f"cannot write {path}: {why}; nothing half-written was left and finished cells are kept: "
+            "fix this, then go on with --resume"
+        )
+
+
+_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError (or polars' error wrapping one: "... (os error 28)") while writing `path`, as
+    WriteFault naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise WriteFault(path, e.strerror or str(e)) from None
+    except pl.exceptions.PolarsError as e:
+        m = _OS_ERROR_RE.search(str(e))
+        if m is None:
+            raise
+        raise WriteFault(path, os.strerror(int(m.group(1)))) from None
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -127,15 +161,16 @@ def atomic_write_parquet(df: pl.DataFrame, path: Path) -> dict[str, Any]:
 def _stage_parquet(df: pl.DataFrame, path: Path) -> tuple[Path, dict[str, Any]]:
     """`df` written and synced to `path`'s temporary name (nothing left there on failure): the
     temporary file and its record, for the caller to rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
     try:
-        # zstd's level 1: a 5 M-row cell's samples came out as small as at polars' default level
-        # (146 against 147 MiB; small cells 6% larger) and were written in 60% of the time (bench/NOTES.md)
-        df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=True)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        return tmp, file_record(tmp)
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # zstd's level 1: a 5 M-row cell's samples came out as small as at polars' default level
+            # (146 against 147 MiB; small cells 6% larger) and were written in 60% of the time (bench/NOTES.md)
+            df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=True)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            return tmp, file_record(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -175,9 +210,14 @@ def _damage(path: Path, record: dict[str, Any] | None) -> str | None:
 
 def _create_exclusive_json(path: Path, obj: Any) -> bool:
     """Write `path` only if it does not exist yet, atomically; False if someone else was first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    try:
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         os.link(tmp, path)  # fails if path exists: the first shard wins, the others compare
         return True
@@ -369,11 +409,12 @@ class RunDir:
             tmp_a, files["acc"] = _stage_parquet(acc, self.acc_path(cell_id))
             staged.append(tmp_a)
             atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta, "files": files})
-            if samples is not None:
-                os.replace(tmp_s, self.sample_path(cell_id))
-            else:  # a re-run that keeps none leaves no older samples behind
-                self.sample_path(cell_id).unlink(missing_ok=True)
-            os.replace(tmp_a, self.acc_path(cell_id))
+            with _writing(self.acc_path(cell_id)):
+                if samples is not None:
+                    os.replace(tmp_s, self.sample_path(cell_id))
+                else:  # a re-run that keeps none leaves no older samples behind
+                    self.sample_path(cell_id).unlink(missing_ok=True)
+                os.replace(tmp_a, self.acc_path(cell_id))
         except BaseException:
             for tmp in staged:
                 tmp.unlink(missing_ok=True)
