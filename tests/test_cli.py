@@ -612,3 +612,38 @@ def test_a_full_disk_mid_run_is_one_line_nothing_half_written_and_resume_complet
     for name in ("summary.parquet", "poa.parquet"):
         a, b = pl.read_parquet(out / name), pl.read_parquet(tmp_path / "roomy" / name)
         assert a.equals(b, null_equal=True), name
+
+
+def test_resume_refuses_cells_of_another_engine_unless_recompute(grid_file, tmp_path, fake, monkeypatch):
+    """Each cell remembers the engine sources that made it: --resume by an edited engine refuses
+    (nothing written) rather than mix two engines in one summary; --recompute simulates those
+    cells again; reduce refuses a directory whose cells two engines made."""
+    import poa_mc.run.runner as runner
+    from poa_mc.version import engine_source
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "engine_source", lambda: "0ld0ld0ld0ld0ld0")  # an older checkout
+    assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
+    before = pl.read_parquet(out / "summary.parquet")
+    monkeypatch.setattr(runner, "engine_source", engine_source)
+    accs = sorted(out.glob("acc/*/part.parquet"))
+    accs[0].unlink()  # one cell to do
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", "-q")
+    assert r.exit_code == 2 and "7 cell(s)" in r.output and "engine_source 0ld0ld0ld0ld0ld0 there" in r.output
+    errors = [ln for ln in r.output.splitlines() if not ln.startswith("warning:")]
+    assert "--recompute" in r.output and len(errors) == 1, r.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps  # nothing written
+    assert invoke("run", "--grid", grid_file, "--out", out, "--recompute", "-q").exit_code == 2
+
+    r = invoke("run", "--grid", grid_file, "--out", out, "--resume", "--recompute", "-q")
+    assert r.exit_code == 0 and "7 cell(s) made by another engine are simulated again" in r.output, r.output
+    metas = [json.loads(p.read_text()) for p in (out / "meta").glob("*.json")]
+    assert len(metas) == 8 and {m["engine_source"] for m in metas} == {engine_source()}
+    assert json.loads((out / "manifest.json").read_text())["engine_source"] == engine_source()
+    assert pl.read_parquet(out / "summary.parquet").equals(before, null_equal=True)
+
+    one = next((out / "meta").glob("*.json"))
+    one.write_text(json.dumps({**json.loads(one.read_text()), "engine_source": "0ld0ld0ld0ld0ld0"}))
+    r = invoke("reduce", out)
+    assert r.exit_code == 2 and "engines of different sources" in r.output, r.output

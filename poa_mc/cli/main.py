@@ -107,6 +107,11 @@ def _out_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> P
     is_flag=True,
     help="Skip cells already complete in --out; a grid grown by loads, topologies or policies runs only its new cells.",
 )
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="With --resume: simulate again the cells an engine of other sources made (an edited or other checkout).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no result table, no summary lines.")
 @override_options
 @handle_errors
@@ -116,6 +121,7 @@ def run(
     backend: str | None,
     shard: str | None,
     resume: bool,
+    recompute: bool,
     quiet: bool,
     sets: tuple[str, ...],
     **shortcuts: int | None,
@@ -137,6 +143,8 @@ def run(
             shard_t = parse_shard(shard)
         except ValueError as e:
             raise BadInput(f"--shard: {e}") from None
+    if recompute and not resume:
+        raise BadInput("--recompute: only with --resume (a run without it simulates every cell anyway)")
     say = (lambda *_: None) if quiet else click.echo
     t0 = time.perf_counter()
     # the figures' workers start before the engine's imports, and import as the run starts
@@ -145,7 +153,15 @@ def run(
 
         log = lambda m: click.echo(m, err=True)  # noqa: E731
         report = run_grid(
-            grid, out=out, backend=backend, shard=shard_t, resume=resume, quiet=quiet, log=log, workers=workers
+            grid,
+            out=out,
+            backend=backend,
+            shard=shard_t,
+            resume=resume,
+            recompute=recompute,
+            quiet=quiet,
+            log=log,
+            workers=workers,
         )
     dt = time.perf_counter() - t0
     done = f"ran {len(report.ran)} cell(s)"

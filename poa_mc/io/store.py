@@ -354,6 +354,9 @@ class RunDir:
             "(a grid grown by new loads, topologies or policies: --resume runs only the new cells)"
         )
 
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_json(self.manifest_path, manifest)
+
     def finalize_manifest(self) -> dict[str, Any]:
         """Merge the per-cell meta files of complete cells into manifest.json."""
         manifest = self.read_manifest()

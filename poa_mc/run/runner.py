@@ -24,11 +24,12 @@ import polars as pl
 
 import poa_mc
 from poa_mc.engine.engine import EngineError, check_memory, pool_sizes
-from poa_mc.io.store import RunDir, fingerprint, git_commit, samples_frame
+from poa_mc.io.store import RunDir, RunDirError, fingerprint, git_commit, samples_frame
 from poa_mc.kernels import threads
 from poa_mc.model.grid import Cell, GridConfig, assign_shards, estimate_cost
 from poa_mc.run import speed
 from poa_mc.run.console import RunConsole
+from poa_mc.version import engine_source
 
 # Imports inside functions: the plots, the reducer and the kernels' cache probe load only when a run
 # gets to them.
@@ -155,6 +156,7 @@ def build_manifest(grid: GridConfig, backend: str) -> dict[str, Any]:
         "format": 1,
         "name": grid.run.name,
         "poa_mc_version": poa_mc.__version__,
+        "engine_source": engine_source(),
         "git_commit": git_commit(),
         "seed": grid.run.seed,
         "backend": backend,
@@ -202,6 +204,31 @@ def check_backend(backend: str) -> None:
             )
 
 
+class StaleCellsError(RunDirError):
+    """--resume in a directory whose cells an engine of other sources made (another checkout, an
+    edited kernel): the summary would mix two engines. Exit code 2."""
+
+    def __init__(self, out: Path, stale: dict[str, str | None], here: str) -> None:
+        there = sorted({str(v) for v in stale.values()})
+        super().__init__(
+            f"--resume: {len(stale)} cell(s) in {out} were simulated by an engine of other sources "
+            f"(engine_source {', '.join(there)} there, {here} here); the summary would mix two engines: "
+            "add --recompute to simulate them again, or use another --out"
+        )
+
+
+def _stale_cells(run_dir: RunDir, manifest: dict[str, Any]) -> dict[str, str | None]:
+    """The complete cells of this run whose meta names another engine source (cells written
+    before poa-mc recorded it are taken as this version's, which the fingerprint checks)."""
+    here = manifest["engine_source"]
+    out = {}
+    for cid in run_dir.complete_cells(manifest["fingerprint"], manifest["sim_key"]):
+        there = (run_dir.read_meta(cid) or {}).get("engine_source")
+        if there is not None and there != here:
+            out[cid] = there
+    return out
+
+
 class CellFailed(Exception):
     """A cell whose input cannot be simulated to the end (an open loop beyond the cluster's
     capacity): said with the cell and the key to change, exit code 2. Finished cells are kept."""
@@ -232,6 +259,7 @@ def run_grid(
     backend: str | None = None,
     shard: tuple[int, int] | None = None,
     resume: bool = False,
+    recompute: bool = False,
     quiet: bool = False,
     simulate: Simulate | None = None,
     finish: bool = True,
@@ -243,7 +271,8 @@ def run_grid(
     it starts), else in this process.
 
     Raises ConfigError (bad grid) or RunDirError (directory of another run) before anything is
-    written, so a refused run leaves no trace.
+    written, so a refused run leaves no trace. --resume refuses cells an engine of other sources
+    made (StaleCellsError) unless `recompute`: then it simulates them again.
     """
     cells = grid.cells()
     out = Path(out or grid.run.out)
@@ -254,9 +283,14 @@ def run_grid(
     run_dir = RunDir(out)
     manifest = build_manifest(grid, backend)
     fp = manifest["fingerprint"]
+    stale = _stale_cells(run_dir, manifest) if resume else {}
+    if stale and not recompute:
+        raise StaleCellsError(out, stale, manifest["engine_source"])
     try:
         cell_rows = cells_frame(cells)
         run_dir.prepare(manifest, cell_rows, resume=resume)
+        if stale:  # recomputed: the directory's engine is this one from now on
+            run_dir.write_manifest({**run_dir.read_manifest(), "engine_source": manifest["engine_source"]})
     except OSError as e:
         raise EnvironmentFault(f"--out {out}: cannot write: {e.strerror or e}") from None
 
@@ -270,7 +304,9 @@ def run_grid(
     from poa_mc.stats.accumulate import settings as acc_settings
 
     wanted = acc_settings(manifest["grid"]["poa"], manifest["grid"].get("slo", {}))
-    done = {c for c in done if _reducible(run_dir, c, wanted)}
+    done = {c for c in done if _reducible(run_dir, c, wanted)} - set(stale)
+    if stale:
+        (log or print)(f"warning: --recompute: {len(stale)} cell(s) made by another engine are simulated again")
     # a cell whose files are not what was written (truncated or altered on disk) is simulated again
     damaged = run_dir.damaged(done & {c.cell_id for c in selected}) if done else {}
     done -= set(damaged)
@@ -389,6 +425,7 @@ def run_grid(
                 "sim_key": key,
                 "seed": manifest.get("seed"),
                 "poa_mc_version": manifest.get("poa_mc_version"),
+                "engine_source": manifest.get("engine_source"),
                 "label": cell.label(),
                 "wall_s": wall,
                 "cell_s": None,  # commit's

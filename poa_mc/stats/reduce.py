@@ -337,6 +337,17 @@ def reduce_run(
             f"cells {', '.join(stale[:3])} were written by a different run "
             f"({_how_different(run_dir.read_meta(stale[0]) or {}, manifest)}); refusing to mix"
         )
+    engines = {}
+    for c in sorted(on_disk):
+        engines.setdefault((run_dir.read_meta(c) or {}).get("engine_source"), c)
+    engines.pop(None, None)  # cells written before poa-mc recorded it
+    if len(engines) > 1:
+        (a, ca), (b, cb) = sorted(engines.items())[:2]
+        raise RunDirError(
+            f"cells {ca} and {cb} were simulated by engines of different sources (engine_source {a}, {b}): "
+            "one summary must not mix two engines; `poa-mc run --grid GRID --out DIR --resume --recompute` "
+            "simulates the older ones again"
+        )
     missing = known - on_disk
     if not on_disk:
         if run_dir.samples_dir.exists() and any(run_dir.samples_dir.iterdir()):
