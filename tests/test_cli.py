@@ -647,3 +647,22 @@ def test_resume_refuses_cells_of_another_engine_unless_recompute(grid_file, tmp_
     one.write_text(json.dumps({**json.loads(one.read_text()), "engine_source": "0ld0ld0ld0ld0ld0"}))
     r = invoke("reduce", out)
     assert r.exit_code == 2 and "engines of different sources" in r.output, r.output
+
+
+def test_two_runs_into_one_directory_share_the_cells_never_one_cell_twice(grid_file, tmp_path):
+    """Two `poa-mc run` of one grid into one --out at the same time: each cell is simulated and
+    written by one of them (a per-cell claim), the other takes it as done or waits for it; both
+    end with the whole run, equal to a run alone."""
+    args = ["run", "--grid", str(grid_file), "--replicas", "384", "--requests", "600", "--backend", "cpu"]
+    cmd = [sys.executable, "-m", "poa_mc.cli.main", *args]
+    out = tmp_path / "shared"
+    procs = [subprocess.Popen([*cmd, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]  # fmt: skip
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    ran = [int(next(ln for ln in log.splitlines() if ln.startswith("ran ")).split()[1]) for log in logs]
+    assert sum(ran) == 8 and min(ran) > 0, (ran, logs)  # shared: no cell simulated twice
+    alone = tmp_path / "alone"
+    assert subprocess.run([*cmd, "--out", str(alone), "-q"], capture_output=True, timeout=600).returncode == 0
+    for name in ("summary.parquet", "poa.parquet"):
+        assert pl.read_parquet(out / name).equals(pl.read_parquet(alone / name), null_equal=True), name

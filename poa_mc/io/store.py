@@ -19,6 +19,7 @@ files they share (manifest, cells.parquet) have equal content.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -227,6 +228,18 @@ def _create_exclusive_json(path: Path, obj: Any) -> bool:
         tmp.unlink(missing_ok=True)
 
 
+class CellClaim:
+    """A held claim on a cell (RunDir.claim); release() lets it go (twice is harmless)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the lock
+
+
 class RunDir:
     """Paths and operations of one run directory."""
 
@@ -422,6 +435,25 @@ class RunDir:
             for tmp in staged:
                 tmp.unlink(missing_ok=True)
             raise
+
+    locks_dir = property(lambda self: self.root / ".locks")
+
+    def claim(self, cell_id: str) -> CellClaim | None:
+        """This process's exclusive claim on a cell, or None while another process holds it: two
+        runs into one directory (a second `poa-mc run`, overlapping shards) never simulate or
+        write one cell at the same time. An advisory lock (flock) on `.locks/<cell>.lock`, held
+        until released or until the process ends, however it ends (a SIGKILL included)."""
+        self.locks_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.locks_dir / f"{cell_id}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return CellClaim(fd)
 
     def cell_damage(self, cell_id: str) -> str | None:
         """Why a complete cell's files are not what was written (None: they are). Checks each file
