@@ -165,3 +165,20 @@ def test_a_stand_in_that_reduces_but_does_not_overlap(tmp_path):
     assert runner._streams(simulate) == {"reduce": True, "overlap": False, "tally": False, "poa": False}
     assert runner._streams(runner._ENGINE) == {"reduce": True, "overlap": True, "tally": True, "poa": True}
     assert runner._streams(fake_engine.simulate) == {"reduce": False, "overlap": False, "tally": False, "poa": False}
+
+
+def test_runs_killed_at_random_moments_and_resumed_equal_an_uninterrupted_run(tmp_path):
+    """The short version of bench/soak_kills.py: a small grid's runs killed with SIGKILL (their
+    whole process group) at random moments of start-up, cells, summary and plots, resumed until
+    one ends by itself; every final summary and poa table equals the uninterrupted run's."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "soak_kills.py"
+    r = subprocess.run([sys.executable, str(script), "--kills", "8", "--seed", "3", "--work", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["kills"] >= 8 and got["mismatches"] == 0 and got["failures"] == [], got
