@@ -21,6 +21,7 @@ default); elsewhere [poa]'s cost and overlap_weight apply as they are.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,15 @@ _TIMES = {"prefill": L.POA_T_PREFILL, "after_prefill": L.POA_T_AFTER_PREFILL, "a
 KERNEL_MATRIX_MAX = 1 << 16  # a window's assignment matrix the kernels solve (n x slots k prices)
 
 
+@functools.lru_cache(maxsize=16)
+def _step_table(profile: ProfileSpec, kv_blocks: int, block_size: int) -> np.ndarray:
+    """The predicted decode step (ms) at 0, 1, 2, ... active blocks, as far as the kernels look
+    up. The cells of a grid share a few (profile, KV capacity) pairs: worked out once for each,
+    where every cell had paid it (10 ms a cell on the paper presets, bench/RESULTS.md)."""
+    size = min(STEP_TABLE_MAX, max(1 << 16, 4 * kv_blocks))
+    return predicted_step_ms(np.arange(size, dtype=np.float64), profile, kv_blocks, block_size)
+
+
 def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict[int, int], float, np.ndarray] | None:
     """What the kernels need to work this plan out (ip entries, the token weight, the step table,
     empty for the router cost), or None where the host does: no game, frozen pricing, no load
@@ -116,10 +126,10 @@ def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict
     step = np.empty(0)
     if p.cost != "router":
         cluster = ClusterSpec(**spec["cluster"])
-        size = min(STEP_TABLE_MAX, max(1 << 16, 4 * int(cluster.decode_kv_blocks)))
-        blocks = np.arange(size, dtype=np.float64)
-        profile = ProfileSpec(**spec["profile"])
-        step = predicted_step_ms(blocks, profile, int(cluster.decode_kv_blocks), int(cluster.block_size))
+        # a copy: each cell's kernels get an array of their own
+        step = _step_table(
+            ProfileSpec(**spec["profile"]), int(cluster.decode_kv_blocks), int(cluster.block_size)
+        ).copy()
     ip = {
         L.P_POA: L.POA_OBSERVED_CLIENT if p.cost == "observed_step" and p.seen_from == "client" else _KINDS[p.cost],
         L.P_POA_WIN: p.window, L.P_POA_SLOTS: slots, L.P_POA_LO: p.lo,
