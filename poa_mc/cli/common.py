@@ -110,7 +110,7 @@ def handle_errors(fn: F) -> F:
         from poa_mc.model.sections import ConfigError
         from poa_mc.run.runner import CellFailed, EnvironmentFault, Interrupted
 
-        _stop_on_signals()
+        previous = _stop_on_signals()
         try:
             return fn(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -128,6 +128,10 @@ def handle_errors(fn: F) -> F:
                 raise
             click.echo(f"Error: {type(e).__name__}: {e}  (POA_MC_DEBUG=1 shows the traceback)", err=True)
             sys.exit(1)
+        finally:
+            for signum, handler in previous.items():  # a command run in-process (tests) leaves them as found
+                if handler is not None:  # None: set outside Python, cannot be restored from here
+                    signal.signal(signum, handler)
 
     return wrapper  # type: ignore[return-value]
 
@@ -143,16 +147,20 @@ def _stop(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stop_on_signals() -> None:
+def _stop_on_signals() -> dict[int, Any]:
     """SIGTERM and SIGHUP stop a command as Ctrl-C does (nothing half-written, the resume command
-    printed), with the exit code 128 + the signal's number. Only the main thread may set them."""
+    printed), with the exit code 128 + the signal's number. Only the main thread may set them.
+    Returns the handlers they replace."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return
+        return {}
+    previous = {}
     for name in _STOP_SIGNALS:
         if hasattr(signal, name):
-            signal.signal(getattr(signal, name), _stop)
+            signum = getattr(signal, name)
+            previous[signum] = signal.signal(signum, _stop)
+    return previous
 
 
 def _interrupted(e: BaseException) -> None:
