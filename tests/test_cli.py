@@ -284,7 +284,7 @@ def test_resume_removes_a_dead_writers_temporary_file(grid_file, tmp_path, fake)
     assert invoke("run", "--grid", grid_file, "--out", out, "-q", "--shard", "0/2").exit_code == 0
     cell = next(out.glob("samples/cell_id=*"))
     stale = [cell / ".part.parquet.99999999.tmp"]  # an older name, and a dead pid on this host
-    from poa_mc.io.store import _HOST
+    from poa_mc.io.files import HOST as _HOST
 
     stale.append(cell / f".part.parquet.{_HOST}.99999999.tmp")
     alive = cell / f".part.parquet.otherhost.{os.getpid()}.tmp"  # another host's shard: not ours to delete

@@ -227,7 +227,7 @@ def test_good_times(good: str) -> None:
 def mark_done(out: Path, cell: str) -> None:
     """A cell as run writes it: its meta (with the written file's record), then its accumulators
     (the commit point)."""
-    from poa_mc.io.store import atomic_write_json, file_record
+    from poa_mc.io.files import atomic_write_json, file_record
 
     d = out / "acc" / f"cell_id={cell}"
     d.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from poa_mc.io.store import RunDir, RunDirError, atomic_write_json, fingerprint, samples_frame
+from poa_mc.io.files import atomic_write_json
+from poa_mc.io.store import RunDir, RunDirError, fingerprint, samples_frame
 from poa_mc.model.config import loads_grid
 from poa_mc.run.runner import build_manifest, cells_frame
 from tests.grids_for_tests import SMALL

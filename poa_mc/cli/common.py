@@ -106,6 +106,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from poa_mc.io.files import WriteFault
         from poa_mc.io.store import RunDirError
         from poa_mc.model.sections import ConfigError
         from poa_mc.run.runner import CellFailed, EnvironmentFault, Interrupted
@@ -117,7 +118,7 @@ def handle_errors(fn: F) -> F:
             raise
         except (Interrupted, KeyboardInterrupt) as e:
             _interrupted(e)
-        except (BadInput, ConfigError, RunDirError, EnvironmentFault, CellFailed) as e:
+        except (BadInput, ConfigError, RunDirError, WriteFault, EnvironmentFault, CellFailed) as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(2)
         except BrokenPipeError:  # `poa-mc presets | head`: the reader left, nothing to report

@@ -1,4 +1,4 @@
-"""The run directory: Parquet layout, manifest, atomic writes, resume.
+"""The run directory: Parquet layout, manifest, integrity, claims, resume.
 
     DIR/manifest.json                      run-level facts + fingerprint (+ per-cell timings)
     DIR/cells.parquet                      one row per cell of the grid
@@ -9,8 +9,8 @@
     DIR/pd_game.parquet                    written by reduce for a grid with [games.pd]
     DIR/plots/*.png                        written by plot
 
-Every file is written to a temporary name in its final folder and renamed into place
-(os.replace is atomic on POSIX), so a reader or a killed run never sees half a file. A cell is
+Every file is written whole or not at all (poa_mc.io.files), so a reader or a killed run never
+sees half a file. A cell is
 complete exactly when its accumulators file exists; its meta and samples files are written
 first, so a complete cell always has its timings (and its samples, when it keeps any). Shards
 of one run may write into the same DIR concurrently: they only ever add different cells, and the
@@ -24,16 +24,22 @@ import hashlib
 import io
 import json
 import os
-import re
-import socket
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from poa_mc.io.files import (
+    HOST,
+    atomic_write_json,
+    atomic_write_parquet,
+    create_exclusive_json,
+    damage,
+    pid_alive,
+    stage_parquet,
+    writing,
+)
 from poa_mc.version import __version__
 
 MANIFEST_FORMAT = 1
@@ -82,150 +88,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-
-
-_HOST = socket.gethostname().replace(".", "_") or "host"
-
-
-def _tmp_name(path: Path) -> Path:
-    # Ends in ".tmp", never ".parquet": a glob over samples/**/*.parquet must not see it. Host and
-    # pid name the writer, so a resume can tell a dead writer's leftovers from a live shard's.
-    return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class WriteFault(RunDirError):
-    """A file of the run could not be written (a full disk, a quota, an I/O error, a read-only or
-    vanished mount): named, nothing half-written left, finished cells kept. Exit code 2."""
-
-    def __init__(self, path: Path, why: str) -> None:
-        self.path = path
-        super().__init__(
-            f"cannot write {path}: {why}; nothing half-written was left and finished cells are kept: "
-            "fix this, then go on with --resume"
-        )
-
-
-_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
-
-
-@contextmanager
-def _writing(path: Path) -> Iterator[None]:
-    """An OSError (or polars' error wrapping one: "... (os error 28)") while writing `path`, as
-    WriteFault naming it."""
-    try:
-        yield
-    except OSError as e:
-        raise WriteFault(path, e.strerror or str(e)) from None
-    except pl.exceptions.PolarsError as e:
-        m = _OS_ERROR_RE.search(str(e))
-        if m is None:
-            raise
-        raise WriteFault(path, os.strerror(int(m.group(1)))) from None
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = _tmp_name(path)
-    try:
-        with _writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def atomic_write_parquet(df: pl.DataFrame, path: Path) -> dict[str, Any]:
-    """Write `df` to `path` atomically; its size and checksum (file_record)."""
-    tmp, record = _stage_parquet(df, path)
-    os.replace(tmp, path)
-    return record
-
-
-def _stage_parquet(df: pl.DataFrame, path: Path) -> tuple[Path, dict[str, Any]]:
-    """`df` written and synced to `path`'s temporary name (nothing left there on failure): the
-    temporary file and its record, for the caller to rename into place."""
-    tmp = _tmp_name(path)
-    try:
-        with _writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # zstd's level 1: a 5 M-row cell's samples came out as small as at polars' default level
-            # (146 against 147 MiB; small cells 6% larger) and were written in 60% of the time (bench/NOTES.md)
-            df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=True)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            return tmp, file_record(tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-_CHUNK = 1 << 20
-
-
-def file_record(path: Path) -> dict[str, Any]:
-    """What a written file must still be: its size in bytes and SHA-256 (a run's integrity check)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
-
-
-def _damage(path: Path, record: dict[str, Any] | None) -> str | None:
-    """Why `path` is not the file `record` describes (None: it is, or there is no record to check)."""
-    if record is None:
-        return None
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return "missing"
-    except OSError as e:
-        return f"unreadable ({e.strerror or e})"
-    if size != record.get("bytes"):
-        return f"{size:,} bytes, {record.get('bytes'):,} written"
-    try:
-        if file_record(path)["sha256"] != record.get("sha256"):
-            return "its checksum differs from the one written"
-    except OSError as e:
-        return f"unreadable ({e.strerror or e})"
-    return None
-
-
-def _create_exclusive_json(path: Path, obj: Any) -> bool:
-    """Write `path` only if it does not exist yet, atomically; False if someone else was first."""
-    tmp = _tmp_name(path)
-    try:
-        with _writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
-        os.link(tmp, path)  # fails if path exists: the first shard wins, the others compare
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class CellClaim:
@@ -299,7 +161,7 @@ class RunDir:
             if resume:
                 self.remove_temporaries()
         self.root.mkdir(parents=True, exist_ok=True)
-        if not _create_exclusive_json(self.manifest_path, manifest):
+        if not create_exclusive_json(self.manifest_path, manifest):
             self._check_same_run(self.read_manifest(), manifest)  # a concurrent shard was first
         if not self.cells_path.exists():
             atomic_write_parquet(cells_df, self.cells_path)
@@ -420,12 +282,12 @@ class RunDir:
         try:
             files = {}
             if samples is not None:
-                tmp_s, files["samples"] = _stage_parquet(samples, self.sample_path(cell_id))
+                tmp_s, files["samples"] = stage_parquet(samples, self.sample_path(cell_id))
                 staged.append(tmp_s)
-            tmp_a, files["acc"] = _stage_parquet(acc, self.acc_path(cell_id))
+            tmp_a, files["acc"] = stage_parquet(acc, self.acc_path(cell_id))
             staged.append(tmp_a)
             atomic_write_json(self.meta_path(cell_id), {"cell_id": cell_id, **meta, "files": files})
-            with _writing(self.acc_path(cell_id)):
+            with writing(self.acc_path(cell_id)):
                 if samples is not None:
                     os.replace(tmp_s, self.sample_path(cell_id))
                 else:  # a re-run that keeps none leaves no older samples behind
@@ -469,7 +331,7 @@ class RunDir:
         if not isinstance(files, dict):
             return None
         for kind, path in (("acc", self.acc_path(cell_id)), ("samples", self.sample_path(cell_id))):
-            why = _damage(path, files.get(kind))
+            why = damage(path, files.get(kind))
             if why:
                 return f"{path}: {why}"
         return None
@@ -495,7 +357,7 @@ class RunDir:
 
     def remove_own_temporaries(self) -> None:
         """Delete the temporary files this process left (an interrupted write)."""
-        mine = f".{_HOST}.{os.getpid()}.tmp"
+        mine = f".{HOST}.{os.getpid()}.tmp"
         for p in self._temporaries():
             if p.name.endswith(mine):
                 p.unlink(missing_ok=True)
@@ -507,9 +369,9 @@ class RunDir:
             parts = p.name.rsplit(".", 3)  # [".<name>", host, pid, "tmp"]; older: [".<name>", ext, pid, "tmp"]
             if len(parts) == 4 and parts[2].isdigit():
                 old_style = parts[1] in ("parquet", "json")
-                if (old_style or parts[1] == _HOST) and _pid_alive(int(parts[2])):
+                if (old_style or parts[1] == HOST) and pid_alive(int(parts[2])):
                     continue
-                if not old_style and parts[1] != _HOST:
+                if not old_style and parts[1] != HOST:
                     continue
             p.unlink(missing_ok=True)
 

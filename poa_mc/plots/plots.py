@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
+from poa_mc.io.files import atomic_write_bytes
 from poa_mc.io.load import load as load_run
-from poa_mc.io.store import RunDir, atomic_write_bytes
+from poa_mc.io.store import RunDir
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -1,7 +1,9 @@
 """Runs a grid: cells -> engine.simulate -> store, then reduce and plots.
 
 The runner owns the order of things and nothing else: config validates, grid expands and shards,
-the engine simulates, store writes, reduce and plots summarise.
+the engine simulates, store writes, reduce and plots summarise; claims share cells with other
+processes. Over 500 lines because run_grid keeps a cell's whole path (simulate, reduce beside the
+next cell, write, count) in one place, where its overlaps can be read together.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +26,11 @@ import polars as pl
 
 import poa_mc
 from poa_mc.engine.engine import EngineError, check_memory, pool_sizes
-from poa_mc.io.store import CellClaim, RunDir, RunDirError, fingerprint, git_commit, samples_frame
+from poa_mc.io.store import RunDir, RunDirError, fingerprint, git_commit, samples_frame
 from poa_mc.kernels import threads
 from poa_mc.model.grid import Cell, GridConfig, assign_shards, estimate_cost
 from poa_mc.run import speed
+from poa_mc.run.claims import Claims
 from poa_mc.run.console import RunConsole
 from poa_mc.version import engine_source
 
@@ -380,64 +383,17 @@ def run_grid(
     pending: Future | None = None  # the previous cell's last reduction, maybe still running
     streaming = _streams(simulate)
 
-    def finished_elsewhere(cid: str) -> bool:
-        """Another process's run into this directory completed the cell since this one started:
-        this run takes it as done (a cell complete before, and still to do, is one this run
-        redoes: damaged, stale, or any cell of a run without --resume)."""
-        meta = run_dir.read_meta(cid) or {}
-        if meta.get("fingerprint") != fp and meta.get("sim_key") != key:
-            return False
-        try:
-            written = run_dir.acc_path(cid).stat().st_mtime_ns
-        except FileNotFoundError:
-            return False
-        return written >= started_ns and run_dir.cell_damage(cid) is None
-
-    claims: dict[str, CellClaim] = {}
-
-    def claimed(cells_todo: list[Cell]) -> Iterator[Cell]:
-        """The cells to simulate, each claimed (RunDir.claim) for as long as it simulates and is
-        written: first those no other process holds, then, waiting for them, the others; a
-        cell another process completed meanwhile is skipped."""
-        deferred = []
-        for cell in cells_todo:
-            claim = run_dir.claim(cell.cell_id)
-            if claim is None:
-                deferred.append(cell)
-                continue
-            if finished_elsewhere(cell.cell_id):
-                claim.release()
-                report.skipped.append(cell.cell_id)
-                continue
-            claims[cell.cell_id] = claim
-            yield cell
-        if deferred:
-            (log or console.note)(
-                f"waiting for another poa-mc process writing {len(deferred)} cell(s) of {out} (never two at once)"
-            )
-        while deferred:
-            for cell in list(deferred):
-                claim = run_dir.claim(cell.cell_id)
-                if claim is None:
-                    continue
-                deferred.remove(cell)
-                if finished_elsewhere(cell.cell_id):
-                    claim.release()
-                    report.skipped.append(cell.cell_id)
-                    continue
-                claims[cell.cell_id] = claim  # the other process ended without it: this one runs it
-                yield cell
-            if deferred:
-                time.sleep(0.1)
+    claims = Claims(run_dir, fp, key, started_ns)
 
     def commit_and_release(cell: Cell, *rest: Any) -> None:
         try:
             commit(cell, *rest)
         finally:
-            claims.pop(cell.cell_id).release()
+            claims.release(cell.cell_id)
 
     try:
-        for cell in claimed(todo):
+        waiting = f"waiting for another poa-mc process writing cells of {out} (never two at once)"
+        for cell in claims.cells(todo, report.skipped, lambda: (log or console.note)(waiting)):
             t0 = time.perf_counter()
             try:
                 spec_d = dataclasses.asdict(cell.spec)
@@ -511,8 +467,7 @@ def run_grid(
         raise Interrupted(out, len(report.ran) + len(report.skipped), len(selected)) from None
     finally:
         _settle(writing)  # a failed cell: the one before it is kept whole
-        for claim in list(claims.values()):
-            claim.release()
+        claims.release_all()
         console.close()
     if simulate is _ENGINE and timed_s > 0:
         speed.record(backend, timed_cost, timed_s)

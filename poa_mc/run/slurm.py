@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poa_mc.io.store import atomic_write_bytes
+from poa_mc.io.files import atomic_write_bytes
 
 # Imports inside functions: the command line loads this module for `submit` and `status`; the grid
 # parser, the store and the runner load only when one of them needs them.

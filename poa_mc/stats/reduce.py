@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from poa_mc.io.store import RunDir, RunDirError, atomic_write_parquet
+from poa_mc.io.files import atomic_write_parquet
+from poa_mc.io.store import RunDir, RunDirError
 from poa_mc.model.spec import REGIMES, ClusterSpec, budget_splits
 from poa_mc.stats import sketch
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
