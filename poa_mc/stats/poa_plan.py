@@ -104,11 +104,10 @@ KERNEL_MATRIX_MAX = 1 << 16  # a window's assignment matrix the kernels solve (n
 
 
 @functools.lru_cache(maxsize=16)
-def _step_table(profile: ProfileSpec, kv_blocks: int, block_size: int) -> np.ndarray:
-    """The predicted decode step (ms) at 0, 1, 2, ... active blocks, as far as the kernels look
-    up. The cells of a grid share a few (profile, KV capacity) pairs: worked out once for each,
-    where every cell had paid it (10 ms a cell on the paper presets, bench/RESULTS.md)."""
-    size = min(STEP_TABLE_MAX, max(1 << 16, 4 * kv_blocks))
+def _step_table(profile: ProfileSpec, kv_blocks: int, block_size: int, size: int) -> np.ndarray:
+    """The predicted decode step (ms) at 0, 1, ..., size - 1 active blocks. The cells of a grid
+    share a few (profile, KV capacity) pairs: worked out once for each, where every cell had paid
+    it (10 ms a cell on the paper presets, bench/RESULTS.md)."""
     return predicted_step_ms(np.arange(size, dtype=np.float64), profile, kv_blocks, block_size)
 
 
@@ -126,10 +125,10 @@ def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict
     step = np.empty(0)
     if p.cost != "router":
         cluster = ClusterSpec(**spec["cluster"])
+        kv = int(cluster.decode_kv_blocks)
+        size = min(STEP_TABLE_MAX, max(1 << 16, 4 * kv))  # as far as the kernels look up
         # a copy: each cell's kernels get an array of their own
-        step = _step_table(
-            ProfileSpec(**spec["profile"]), int(cluster.decode_kv_blocks), int(cluster.block_size)
-        ).copy()
+        step = _step_table(ProfileSpec(**spec["profile"]), kv, int(cluster.block_size), size).copy()
     ip = {
         L.P_POA: L.POA_OBSERVED_CLIENT if p.cost == "observed_step" and p.seen_from == "client" else _KINDS[p.cost],
         L.P_POA_WIN: p.window, L.P_POA_SLOTS: slots, L.P_POA_LO: p.lo,
