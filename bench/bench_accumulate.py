@@ -12,7 +12,6 @@ of the engine beside it and PoA-hat's part:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 
@@ -32,7 +31,7 @@ def main() -> int:
     a = ap.parse_args()
     spec = reference_cell()
     res = simulate(spec, replicas=a.replicas, requests=2000, warmup=200, seed=1, stream=0, record_candidates=True)
-    cols, d = {**res.samples, **res.candidates}, dataclasses.asdict(spec)
+    cols, d = {**res.samples, **res.candidates}, spec
     poa = {"window": a.window, "social_cost": "mean_ttft"}
     accumulate(cols, res.replica, d, poa, {})  # loads (or compiles) the compiled parts
     best_acc = best_poa = float("inf")

@@ -1,5 +1,5 @@
 """What PoA-hat's pass over a batch's request rows costs in the kernels (poa_mc/kernels/poa_hat.py), against
-the host's compiled path over the same requests' columns (poa_mc.stats.estimators, as the reduction ran
+the host's compiled path over the same requests' columns (poa_mc.stats.poa_hat, as the reduction ran
 it before the kernels did), on the reference cell of bench/bench_engine.py, [poa] window = 8:
 
     python bench/bench_poa_pass.py [--replicas 256] [--requests 2000]
@@ -11,7 +11,6 @@ checks that both give the same sums to the bit.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=2000)
     a = ap.parse_args()
     spec = reference_cell(1, 5, 64)
-    spec_d, poa = dataclasses.asdict(spec), {"window": 8}
+    spec_d, poa = spec, {"window": 8}
     ip, fp, tabs = engine.pack_params(spec, requests=a.requests, warmup=200, seed=1, stream=0, record_candidates=True)
     entries, fp[L.F_POA_OMEGA], step = poa_plan.kernel_params(poa_plan.plan(spec_d, poa), spec_d, a.requests)
     for j, v in entries.items():

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from poa_mc.stats import accumulate, estimators, sketch
+from poa_mc.stats import accumulate, assignment, sketch
 
 
 def best(f, repeat: int) -> float:
@@ -39,7 +39,7 @@ def main() -> int:
     a_tok, a_blk = rng.uniform(0, 4096, (w, k)), rng.uniform(0, 64, (w, k))
     t_tok = rng.integers(0, 3, (w, k)).astype(np.float64)
     args = (f_tok, f_blk, a_tok, a_blk, t_tok, t_tok.copy(), slots, 1.0, 64.0)
-    solve = best(lambda: estimators._slot_router_opt(*args), a.repeat)
+    solve = best(lambda: assignment._slot_router_opt(*args), a.repeat)
     r = 2560
     hist = np.zeros((r, sketch.NBINS), np.int32)
     for i in range(r):

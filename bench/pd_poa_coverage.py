@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from poa_mc.stats import games
-from poa_mc.stats.estimators import _t_quantile
+from poa_mc.stats.intervals import _t_quantile
 
 COSTS = (1.30, 1.00, None, 1.15, 1.40)
 EQ = 2

@@ -20,7 +20,7 @@ import numpy as np
 
 def main() -> None:
     from poa_mc.stats import sketch
-    from poa_mc.stats.estimators import t_interval
+    from poa_mc.stats.intervals import t_interval
     from poa_mc.stats.quantiles import pooled_quantile, pooled_quantiles
     from tests.test_quantiles import mm1_sojourn_ms
 

@@ -9,7 +9,6 @@ an npz, so that two commits can be compared, as same_results.py compares the sim
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ def sums(replicas: int, requests: int) -> dict[str, np.ndarray]:
     out = {}
     solved = []  # per run: whether the kernels worked PoA-hat out (a commit that has them)
     for name, spec in sorted({**REGIMES, **tier_cells(), **policy_cells(), **table_cells()}.items()):
-        spec_d = dataclasses.asdict(spec)
+        spec_d = spec
         for label, poa in SETTINGS.items():
             if poa.get("stage") == "prefill" and not (
                 spec.cluster.flow == "prefill_first" and spec.cluster.n_prefill > 1

@@ -12,7 +12,6 @@ over a window that ends at the last measured completion (the estimator before):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import numpy as np
 
@@ -20,7 +19,7 @@ import numpy as np
 def main() -> None:
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.intervals import ratio_interval
     from poa_mc.stats.reduce import _request_rate
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
@@ -34,7 +33,7 @@ def main() -> None:
         warm = check(np.ones((2, 16)), n, 0, utilisation=rho).suggested
         spec = queue_cell(1, rate_rps=rate)
         res = simulate(spec, replicas=cells * reps, requests=n, warmup=warm, seed=51, stream=int(rho * 100))
-        acc = accumulate(res.samples, res.replica, dataclasses.asdict(spec), {"window": 4})
+        acc = accumulate(res.samples, res.replica, spec, {"window": 4})
         for label, open_loop in (("window to the last arrival", True), ("Little, to the last completion", False)):
             vals, cov = [], 0
             for c in range(cells):

@@ -11,7 +11,7 @@ import numpy as np
 
 
 def main() -> None:
-    from poa_mc.stats.estimators import t_interval
+    from poa_mc.stats.intervals import t_interval
     from poa_mc.stats.warmup import check
     from tests.test_warmup import mm1_sojourn
 

@@ -1,4 +1,5 @@
-"""A stand-in for poa_mc.engine.engine.simulate with the same signature and result shapes.
+"""A stand-in for poa_mc.engine.engine.simulate: the engine's interface (poa_mc.engine.interface),
+the same result shapes.
 
 Deterministic in (seed, stream, replica), so common random numbers and resume tests behave as
 with the real engine; latencies grow with load per worker and the kv policy herds a little.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import time
 import zlib
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +30,28 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
 
-def simulate(spec: CellSpec, *, replicas, requests, warmup, seed, stream, backend="cpu", record_candidates=True):
+def simulate(
+    spec: CellSpec,
+    *,
+    replicas: int,
+    requests: int,
+    warmup: int,
+    seed: int,
+    stream: int,
+    backend: str = "cpu",
+    record_candidates: bool = True,
+    drain: bool = False,
+    keep: int | None = None,
+    reduce: Any = None,
+    overlap: bool = False,
+    after: Future | None = None,
+    tally: bool = False,
+    slo: dict[str, float] | None = None,
+    poa: dict[str, Any] | None = None,
+) -> SimResult:
+    """poa_mc.engine.interface.Simulate. The streaming arguments are left unused (the result has
+    no `reduced`, so the runner reduces it whole) and `drain` changes nothing: the stand-in's
+    requests do not interact."""
     t0 = time.perf_counter()
     c, w, p = spec.cluster, spec.workload, spec.policy
     k = spec._n_candidates()

@@ -1,8 +1,6 @@
 """Per-replica accumulators: streamed batches equal one whole reduction, samples on or off give
 the same summary, and a reduction with other [poa] settings needs the samples."""
 
-import dataclasses
-
 import numpy as np
 import polars as pl
 import pytest
@@ -33,13 +31,13 @@ SLO = {"ttft_ms": 400.0, "itl_ms": 20.0}
 
 
 def _reducer(spec):
-    spec_d = dataclasses.asdict(spec)
+    spec_d = spec
     return lambda cols, rep, logs: accumulate(cols, rep, spec_d, POA, SLO, logs)
 
 
 def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
     whole = engine.simulate(SPEC, **RUN)
-    ref = accumulate({**whole.samples, **whole.candidates}, whole.replica, dataclasses.asdict(SPEC), POA, SLO)
+    ref = accumulate({**whole.samples, **whole.candidates}, whole.replica, SPEC, POA, SLO)
     # a batch budget of about two replicas: four batches, nothing kept
     per_rep = engine.memory_plan(SPEC, replicas=1, requests=RUN["requests"], warmup=RUN["warmup"])["state"]
     monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 3 * per_rep)
@@ -72,7 +70,7 @@ def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
 def test_accumulators_against_the_requests():
     res = engine.simulate(SPEC, **RUN)
     s = res.samples
-    acc = accumulate({**s, **res.candidates}, res.replica, dataclasses.asdict(SPEC), POA, SLO)
+    acc = accumulate({**s, **res.candidates}, res.replica, SPEC, POA, SLO)
     np.testing.assert_allclose(acc["sum_ttft_ms"] / acc["n"], s["ttft_ms"].mean(axis=1), rtol=1e-13)
     gaps = np.maximum(s["osl"] - 1, 0)
     np.testing.assert_allclose(acc["sum_itl_gaps"], (s["itl_ms"] * gaps).sum(axis=1), rtol=1e-13)

@@ -315,7 +315,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                 import dataclasses
                 from poa_mc.stats.accumulate import accumulate
                 poa = {"window": 4, "cost": "router", "pricing": "slot"}
-                red = lambda c, rep, lg, d=dataclasses.asdict(spec): accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
+                red = lambda c, rep, lg, d=spec: accumulate(c, rep, d, poa, {"ttft_ms": 50.0}, lg)
                 sa = simulate(spec, backend="cpu", keep=0, reduce=red, **kw)
                 sb = simulate(spec, backend="cuda", keep=0, reduce=red, **kw)
                 # and each replica tallied on the device (poa_mc/kernels/tally.py) equals the host's tally, its
@@ -339,7 +339,7 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
                     for more in ({"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"},
                                  {"window": 4, "stage": "prefill"}):  # fmt: skip
                         made = []  # what the kernels handed the host: each replica's sums, none NaN
-                        def rm(c, rep, lg, d=dataclasses.asdict(spec), p=more):
+                        def rm(c, rep, lg, d=spec, p=more):
                             made.append(c.get("poa_kernel"))
                             return accumulate(c, rep, d, p, {}, lg)
                         tm = dict(keep=0, reduce=rm, tally=True, slo={}, poa=more, **kw)

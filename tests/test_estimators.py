@@ -8,23 +8,20 @@ from scipy import stats
 from scipy.optimize import linear_sum_assignment
 
 from poa_mc.model.spec import ProfileSpec
-from poa_mc.stats import estimators
-from poa_mc.stats.estimators import (
+from poa_mc.model.spec_json import spec_from_dict
+from poa_mc.stats import assignment, intervals, poa_hat
+from poa_mc.stats.assignment import window_opt
+from poa_mc.stats.counterfactual import counterfactual_poa, social_cost_per_replica
+from poa_mc.stats.intervals import (
     bootstrap_mean_interval,
-    counterfactual_poa,
-    freeze_load,
     per_replica_quantile,
-    poa_hat_from_candidates,
-    predicted_ttft_ms,
-    prefill_ms_cost,
     quantile_interval,
     ratio_interval,
-    router_cost,
-    social_cost_per_replica,
     t_interval,
-    window_opt,
-    windowed_poa,
 )
+from poa_mc.stats.poa_hat import poa_hat_from_candidates, windowed_poa
+from poa_mc.stats.predicted_costs import predicted_ttft_ms, prefill_ms_cost, router_cost
+from poa_mc.stats.window_load import _load_before, _min_added, _transient, freeze_load
 
 THEORY = ProfileSpec(name="exp", kind="exponential", prefill_ms=10.0, decode_ms=1.0)
 
@@ -73,7 +70,7 @@ def _no_numba(*args, **kwargs):
 )
 def test_window_opt_rejects_non_finite_rows_before_numba(monkeypatch, row):
     # The kernels are replaced by a tripwire, so a missing check fails fast instead of hanging.
-    monkeypatch.setattr(estimators, "_batch_assign", _no_numba)
+    monkeypatch.setattr(assignment, "_batch_assign", _no_numba)
     costs = np.ones((3, 4, 3))
     costs[1, 2] = row
     with pytest.raises(ValueError, match=r"window 1 .*row 2"):
@@ -83,8 +80,8 @@ def test_window_opt_rejects_non_finite_rows_before_numba(monkeypatch, row):
 
 
 def test_poa_hat_rejects_non_finite_recorded_costs_under_both_pricings(monkeypatch):
-    monkeypatch.setattr(estimators, "_batch_assign", _no_numba)
-    monkeypatch.setattr(estimators, "_batch_assign_priced", _no_numba)
+    monkeypatch.setattr(assignment, "_batch_assign", _no_numba)
+    monkeypatch.setattr(assignment, "_batch_assign_priced", _no_numba)
     rng = np.random.default_rng(4)
     tokens = rng.uniform(0, 100, (2, 8, 3))
     tokens[1, 5, 0] = math.nan  # replica 1, second window of 4, row 1
@@ -113,8 +110,8 @@ def _recorded(r=2, n=8, k=3, seed=5):
 def test_poa_hat_refuses_non_finite_candidates_before_pricing(monkeypatch, pricing, cost, bad):
     # the ttft cost priced NaN tokens as a 0 ms prefill and the slot clip turned -inf into no load:
     # both came out as numbers
-    monkeypatch.setattr(estimators, "_batch_assign", _no_numba)
-    monkeypatch.setattr(estimators, "_batch_assign_priced", _no_numba)
+    monkeypatch.setattr(assignment, "_batch_assign", _no_numba)
+    monkeypatch.setattr(assignment, "_batch_assign_priced", _no_numba)
     tok, blk, chosen, kw = _recorded()
     name, value = bad
     (tok if name == "cand_tokens" else blk)[1, 6, 2] = value  # replica 1, its second window, row 2
@@ -157,11 +154,11 @@ def test_pricing_functions_refuse_non_finite_inputs():
         f_tok[2, 1, 0] = -math.inf  # clipped at 0 this was priced as no load at all
         with pytest.raises(ValueError, match=r"f_tok is -inf in window 2 \(replica 1, window 0 of the replica\), "
                                              r"row 1, worker 0"):  # fmt: skip
-            estimators.slot_priced_opt(f_tok, f, a, a, price, 4, windows_per_replica=2, router=router)
+            assignment.slot_priced_opt(f_tok, f, a, a, price, 4, windows_per_replica=2, router=router)
         a_blk = a.copy()
         a_blk[0, 1] = math.nan
         with pytest.raises(ValueError, match=r"a_blk is nan in window 0, worker 1"):
-            estimators.slot_priced_opt(f, f, a, a_blk, price, 4, router=router)
+            assignment.slot_priced_opt(f, f, a, a_blk, price, 4, router=router)
     realized = np.ones((2, 8, 3))
     realized[1, 2, 1] = -math.inf
     with pytest.raises(ValueError, match=r"realized cost is -inf at replica 1, decision 2, candidate worker 1"):
@@ -438,7 +435,7 @@ def test_slot_pricing_hungarian_equals_brute_force():
 
 
 def test_compiled_router_pricing_equals_the_generic_one_bit_for_bit():
-    from poa_mc.stats.estimators import slot_priced_opt
+    from poa_mc.stats.assignment import slot_priced_opt
 
     rng = np.random.default_rng(5)
     w, n, k, slots = 40, 8, 3, 8
@@ -593,7 +590,7 @@ def test_opt_zero_handling():
         e = ratio_interval(num, np.zeros(3))
         assert e.value == value and math.isnan(e.lo) and math.isnan(e.hi)
     # a zero ratio with no spread keeps a zero-width interval on the linear scale
-    assert ratio_interval(np.zeros(3), np.ones(3)) == estimators.Estimate(0.0, 0.0, 0.0)
+    assert ratio_interval(np.zeros(3), np.ones(3)) == intervals.Estimate(0.0, 0.0, 0.0)
 
 
 def test_t_interval_and_ratio_interval_cover_truth():
@@ -785,7 +782,7 @@ def test_social_costs():
     ttft = np.array([[1.0, 3.0], [2.0, 2.0]])
     e2e = ttft + 10
     cols = {"ttft_ms": ttft, "e2e_ms": e2e, "itl_ms": np.ones((2, 2)), "osl": np.full((2, 2), 2)}
-    acc = accumulate(cols, {}, {"cluster": dataclasses.asdict(ClusterSpec())}, {"window": 2})
+    acc = accumulate(cols, {}, spec_from_dict({"cluster": dataclasses.asdict(ClusterSpec())}), {"window": 2})
     np.testing.assert_allclose(social_cost_per_replica("mean_ttft", acc), [2.0, 2.0])
     np.testing.assert_allclose(social_cost_per_replica("mean_e2e", acc), [12.0, 12.0])
     # the cell's P99 over all four requests is 3; the replica that holds it carries more of it
@@ -879,7 +876,7 @@ def test_requests_done_before_the_next_decision_leave_nothing_to_coordinate():
 
 
 def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
-    from poa_mc.stats.estimators import recomputed_tokens
+    from poa_mc.stats.predicted_costs import recomputed_tokens
 
     p = ProfileSpec()
     isl = np.array([[4096, 4100]])
@@ -894,7 +891,7 @@ def test_a_fully_cached_prompt_is_priced_at_the_block_the_engine_recomputes():
 
 def test_an_aic_profile_is_priced_from_its_table():
     from poa_mc.model.profiles import load, resolve_profile
-    from poa_mc.stats.estimators import predicted_ttft_ms
+    from poa_mc.stats.predicted_costs import predicted_ttft_ms
 
     p = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
     t = load("aic-b200-llama70b-fp8-tp4-vllm")
@@ -922,22 +919,22 @@ def test_the_compiled_router_path_equals_the_numpy_bookkeeping_to_the_bit(seed):
     blk = rng.integers(0, 500, (r, n, k)).astype(np.float64)
     nw, m = n // window, (n // window) * window
     shape = (r * nw, window, k)
-    f_tok = tok[:, :m].reshape(shape) - estimators._load_before(chosen, add_t, window, k, decided, rel_t).reshape(shape)
-    f_blk = blk[:, :m].reshape(shape) - estimators._load_before(chosen, add_b, window, k, decided, rel_b).reshape(shape)
-    a_tok = estimators._min_added(chosen, add_t, window, k).reshape(r * nw, k)
-    a_blk = estimators._min_added(chosen, add_b, window, k).reshape(r * nw, k)
-    t_tok = estimators._transient(chosen, window, k, decided, rel_t).reshape(r * nw, k)
-    t_blk = estimators._transient(chosen, window, k, decided, rel_b).reshape(r * nw, k)
-    want = estimators._slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, window, 1.0, 64.0)
+    f_tok = tok[:, :m].reshape(shape) - _load_before(chosen, add_t, window, k, decided, rel_t).reshape(shape)
+    f_blk = blk[:, :m].reshape(shape) - _load_before(chosen, add_b, window, k, decided, rel_b).reshape(shape)
+    a_tok = _min_added(chosen, add_t, window, k).reshape(r * nw, k)
+    a_blk = _min_added(chosen, add_b, window, k).reshape(r * nw, k)
+    t_tok = _transient(chosen, window, k, decided, rel_t).reshape(r * nw, k)
+    t_blk = _transient(chosen, window, k, decided, rel_b).reshape(r * nw, k)
+    want = assignment._slot_router_opt(f_tok, f_blk, a_tok, a_blk, t_tok, t_blk, window, 1.0, 64.0)
 
     rows = np.tile(np.arange(n), (r, 1))
     ints = (np.asarray(x, dtype=np.int64) for x in (chosen, add_t, add_b))
     router = (np.empty(0), np.empty((0, 0)))  # no step table, no observed costs: the router cost
-    opt, real = estimators._slot_sums(tok, blk, *ints, decided, rel_t, rel_b, rows, window, window, 1.0, 64.0, *router)
+    opt, real = poa_hat._slot_sums(tok, blk, *ints, decided, rel_t, rel_b, rows, window, window, 1.0, 64.0, *router)
     np.testing.assert_array_equal(opt.reshape(-1), want)
     # ACTUAL: the recorded router cost of each chosen worker, summed as _actual sums it
-    realized = estimators.router_cost(tok, blk, 64, 1.0)
-    np.testing.assert_array_equal(real.sum(axis=1), estimators._actual(realized, chosen, window))
+    realized = router_cost(tok, blk, 64, 1.0)
+    np.testing.assert_array_equal(real.sum(axis=1), poa_hat._actual(realized, chosen, window))
     # and through the public entry point, which takes the compiled path here
     ph = poa_hat_from_candidates(
         tok, blk, chosen, added_tokens=add_t, added_blocks=add_b, window=window, decided_ms=decided,
@@ -966,13 +963,13 @@ def test_the_step_flavours_compiled_from_a_table_equal_the_generic_path_to_the_b
     )  # fmt: skip
     kw["released_tokens_ms"] = kw["released_blocks_ms"] = kw["decided_ms"] + rng.exponential(20.0, (r, n))
     tok, chosen = rng.uniform(0, 9000, (r, n, k)), rng.integers(0, k, (r, n))
-    assert estimators._step_table(cost, blk, kw["added_blocks"], window, kw["profile"], 4096, 64) is not None
+    assert poa_hat._step_table(cost, blk, kw["added_blocks"], window, kw["profile"], 4096, 64) is not None
     calls = []
-    real_sums = estimators._slot_sums
-    monkeypatch.setattr(estimators, "_slot_sums", lambda *a: calls.append(1) or real_sums(*a))
+    real_sums = poa_hat._slot_sums
+    monkeypatch.setattr(poa_hat, "_slot_sums", lambda *a: calls.append(1) or real_sums(*a))
     got = poa_hat_from_candidates(tok, blk, chosen, **kw)
     assert calls, "the compiled path was not taken"
-    monkeypatch.setattr(estimators, "_step_table", lambda *a: None)
+    monkeypatch.setattr(poa_hat, "_step_table", lambda *a: None)
     want = poa_hat_from_candidates(tok, blk, chosen, **kw)
     assert len(calls) == 1 and want.windows == got.windows == n // window
     np.testing.assert_array_equal(got.actual, want.actual)
@@ -983,7 +980,7 @@ def test_the_step_flavours_compiled_from_a_table_equal_the_generic_path_to_the_b
     half = blk.copy()
     half[0, 3, 1] += 0.5  # not a whole number of blocks: the generic path, the same numbers
     fast = poa_hat_from_candidates(tok, half, chosen, **kw)
-    monkeypatch.setattr(estimators, "_step_table", lambda *a: None)
+    monkeypatch.setattr(poa_hat, "_step_table", lambda *a: None)
     np.testing.assert_array_equal(fast.opt, poa_hat_from_candidates(tok, half, chosen, **kw).opt)
 
 
@@ -1026,7 +1023,7 @@ def test_t_quantiles_are_scipy_stats_own():
     """_t_ppf uses scipy.special (a quicker import); its values are scipy.stats.t.ppf's to the bit."""
     for df in (1, 2, 5, 15, 63, 255, 4095):
         for p in (0.95, 0.975, 0.995, 1 - 0.05 / 38):
-            assert estimators._t_ppf(p, df) == float(stats.t.ppf(p, df))
+            assert intervals._t_ppf(p, df) == float(stats.t.ppf(p, df))
 
 
 def test_p99_social_cost_is_the_cells_pooled_p99_and_pairs_policies_replica_by_replica():
@@ -1034,7 +1031,7 @@ def test_p99_social_cost_is_the_cells_pooled_p99_and_pairs_policies_replica_by_r
     the cell's requests (not the mean of the replicas' own P99s), so the counterfactual PoA
     compares the cells' P99s; a policy that is the same one again gives exactly 1."""
     from poa_mc.stats import sketch
-    from poa_mc.stats.estimators import counterfactual_poa, social_cost_per_replica
+    from poa_mc.stats.counterfactual import counterfactual_poa, social_cost_per_replica
     from poa_mc.stats.quantiles import pooled_quantile
 
     rng = np.random.default_rng(8)

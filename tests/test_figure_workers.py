@@ -10,7 +10,7 @@ import pytest
 from poa_mc.model.config import loads_grid
 from poa_mc.plots import figure_workers
 from poa_mc.plots.figure_workers import FigureWorkers
-from poa_mc.plots.plots import figure_names, plot_run
+from poa_mc.plots.figures import figure_names, plot_run
 from poa_mc.run.runner import run_grid
 from tests import fake_engine
 from tests.grids_for_tests import SMALL

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from poa_mc.model.config import loads_grid
 from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec_json import spec_from_dict
 from poa_mc.stats.games import (
     Ratio,
     best_response,
@@ -77,7 +78,7 @@ def _pd_summary(rng: np.random.Generator, social: list[float], replicas: int, lo
     and whose social cost `col` at each split is the mean of `replicas` replicas, each the true
     cost times 5% lognormal noise, independent across splits, with its 95% t-interval (as reduce
     writes e2e_mean_ms). A benefit column gets the value 1 / cost and its interval inverted."""
-    from poa_mc.stats.estimators import _t_quantile
+    from poa_mc.stats.intervals import _t_quantile
 
     true = np.asarray(social)
     x = true[None, :, None] * np.exp(0.05 * rng.standard_normal((loads, true.size, replicas)))
@@ -134,7 +135,7 @@ def test_poa_pd_interval_on_a_benefit_column_matches_the_cost_column():
 
 
 def test_poa_pd_interval_by_hand():
-    from poa_mc.stats.estimators import _t_ppf
+    from poa_mc.stats.intervals import _t_ppf
 
     # two splits, the equilibrium (0) estimated optimal by a hair: PoA_PD 1, and the interval's top
     # is the rival's upper bound (one rival: no Bonferroni), Welch df = 2 (r - 1) = 14 for equal ses
@@ -310,9 +311,9 @@ def test_cache_game_frame_on_a_synthetic_table():
 def test_working_set_counts_every_groups_shared_prefix_at_the_longest_prompt():
     spec = {"cluster": {"block_size": 64}, "workload": {"isl": {"kind": "uniform", "low": 100, "high": 4096},
             "prefix_groups": 32, "prefix_ratio": 0.75}}  # fmt: skip
-    assert working_set_blocks(spec) == 32 * 48
+    assert working_set_blocks(spec_from_dict(spec)) == 32 * 48
     spec["workload"]["isl"] = {"kind": "empirical", "values": {"count": 10**6, "sha256": "x"}}
-    assert working_set_blocks(spec) == -1
+    assert working_set_blocks(spec_from_dict(spec)) == -1
 
 
 def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
@@ -321,7 +322,7 @@ def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
     # the selfish caches hit exactly what the pooled one does and PoA_KV's interval covers 1
     from poa_mc.engine.engine import simulate
     from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
-    from poa_mc.stats.estimators import ratio_to_best
+    from poa_mc.stats.counterfactual import ratio_to_best
 
     def cell(cache: str) -> CellSpec:
         return CellSpec(
@@ -363,7 +364,7 @@ def test_a_cache_game_run_writes_its_table_plot_and_summary(tmp_path):
         assert d["best_coordinated"][0] == min(("global", "hash"), key=costs.get)
         hits = summary.filter((pl.col("topology") == d["topology"][0]) & (pl.col("concurrency") == d["concurrency"][0]))
         assert sorted(hits["hit_rate"].to_list()) == sorted(d["hit_rate"].to_list())
-    from poa_mc.plots.plots import cache_game_figure
+    from poa_mc.plots.game_figures import cache_game_figure
 
     fig = cache_game_figure(game)  # two panels (loads): PoA_KV on one y-scale, hit rates on another
     shared = fig.axes[0].get_shared_y_axes()

@@ -82,7 +82,7 @@ def test_kernels_never_index_with_a_negative_number(tmp_path):
             for poa in ({"window": 4}, {"window": 4, "cost": "ttft"}, {"window": 4, "cost": "observed"},
                         {"window": 4, "cost": "observed", "observed_from": "client"}):
                 made = []
-                def red(c, rep, lg, d=dataclasses.asdict(spec), p=poa):
+                def red(c, rep, lg, d=spec, p=poa):
                     made.append(c.get("poa_kernel"))
                     return accumulate(c, rep, d, p, {}, lg)
                 r = simulate(spec, replicas=3, requests=40, warmup=5, seed=5, stream=1, keep=0, reduce=red,

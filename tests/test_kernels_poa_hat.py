@@ -1,6 +1,6 @@
 """poa_mc/kernels/poa_hat.py: PoA-hat's window solver (the Hungarian method over worker slots, the
 flow solver over workers), the pairwise sums, and each replica's window sums worked out in the
-kernels against the host's compiled and generic paths (poa_mc.stats.estimators)."""
+kernels against the host's compiled and generic paths (poa_mc.stats.poa_hat)."""
 
 import numpy as np
 import pytest
@@ -136,13 +136,12 @@ def test_the_observed_cost_from_the_client_prices_its_waits_too():
 def _sums(spec, settings, kernels: bool):
     """The cell's accumulators through the engine's streamed reduction, with the kernels working
     PoA-hat out (kernels) or the host, and what the kernels handed the host."""
-    import dataclasses
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
 
     seen = []
-    spec_d = dataclasses.asdict(spec)
+    spec_d = spec
 
     def reduce(cols, rep, logs):
         seen.append(cols.get("poa_kernel"))
@@ -169,7 +168,7 @@ CASES = {  # (cell, [poa]): each decision's times, each price, each solver
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_kernels_window_sums_equal_the_hosts_to_the_bit(case):
     """Each replica's PoA-hat sums worked out in the kernels from its request rows equal the host's
-    from the recorded columns (poa_mc.stats.estimators), to the bit: for each decision (prefill_first's
+    from the recorded columns (poa_mc.stats.poa_hat), to the bit: for each decision (prefill_first's
     prefill and decode choices, the other flows' decode choice), price (the router cost with and
     without a weight on tokens, the tabulated step, the observed latency) and solver (over the
     workers, the Hungarian method), with fewer slots than decisions too."""
@@ -203,12 +202,11 @@ def test_a_window_off_the_step_table_is_left_to_the_host_with_the_same_numbers(m
 def test_sums_made_for_other_settings_are_refused():
     """Kernel sums carry the [poa] settings they were made for: a reduction with others raises
     rather than reporting them."""
-    import dataclasses
 
     from poa_mc.stats.accumulate import poa_hat_sums
     from poa_mc.stats.poa_plan import settings
 
-    spec = dataclasses.asdict(_cell())
+    spec = _cell()
     cols = {"ttft_ms": np.zeros((2, 8)), "poa_kernel": np.ones((2, 3)), "poa_settings": settings({"window": 8})}
     assert poa_hat_sums(cols, spec, {"window": 8})[2] == 1
     with pytest.raises(ValueError, match="worked PoA-hat out for"):
@@ -218,16 +216,15 @@ def test_sums_made_for_other_settings_are_refused():
 def test_the_plan_leaves_to_the_host_what_the_kernels_do_not_solve():
     """kernel_params: the host keeps frozen pricing, no load accounting, the predicted-TTFT flavours
     of an arrival decision, planner cells and one-candidate decisions."""
-    import dataclasses
 
     from poa_mc.stats.poa_plan import kernel_params, plan
 
-    spec = dataclasses.asdict(_cell())
+    spec = _cell()
     assert kernel_params(plan(spec, {"window": 8}), spec, 100) is not None
     for poa in ({"window": 8, "pricing": "frozen"}, {"window": 8, "freeze": False}, {"window": 200}):
         assert kernel_params(plan(spec, poa), spec, 100) is None, poa
-    first = dataclasses.asdict(_cell("decode_first"))
+    first = _cell("decode_first")
     assert kernel_params(plan(first, {"window": 8, "cost": "ttft"}), first, 100) is None
-    one = dataclasses.asdict(_cell(n_d=1))
+    one = _cell(n_d=1)
     assert not plan(one, {"window": 8}).game
     assert kernel_params(plan(one, {"window": 8}), one, 100) is None

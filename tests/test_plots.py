@@ -8,23 +8,18 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from poa_mc.model.config import loads_grid
-from poa_mc.plots.plots import (
-    _cdf_replica_cap,
-    _log_ticks,
-    has_intervals,
-    latency_cdf_figure,
-    legend_columns,
-    no_interval_note,
+from poa_mc.plots.cdf_figures import _cdf_replica_cap, latency_cdf_figure
+from poa_mc.plots.figures import plot_run
+from poa_mc.plots.run_figures import (
     pareto_figure,
     pareto_front,
     plot_poa_heatmap,
     plot_poa_vs_load,
-    plot_run,
     poa_heatmap_figure,
     poa_vs_load_figure,
-    thin_load_labels,
     ttft_p99_figure,
 )
+from poa_mc.plots.style import _log_ticks, has_intervals, legend_columns, no_interval_note, thin_load_labels
 from poa_mc.run.runner import run_grid
 from tests import fake_engine
 from tests.grids_for_tests import SMALL

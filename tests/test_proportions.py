@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from poa_mc.stats.estimators import t_interval
+from poa_mc.stats.intervals import t_interval
 from poa_mc.stats.proportions import clip_share, clopper_pearson, proportion_interval, rate_interval
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from poa_mc.stats import sketch
-from poa_mc.stats.estimators import t_interval
+from poa_mc.stats.intervals import t_interval
 from poa_mc.stats.quantiles import pooled_quantile, pooled_quantiles
 
 

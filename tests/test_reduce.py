@@ -7,6 +7,7 @@ import pytest
 import poa_mc
 from poa_mc.io.store import RunDirError
 from poa_mc.model.config import loads_grid
+from poa_mc.model.spec_json import spec_from_dict, spec_to_json
 from poa_mc.run.runner import run_grid
 from poa_mc.stats.reduce import IncompleteRunError, reduce_run
 from tests import fake_engine
@@ -160,9 +161,8 @@ def _decode_stage_frame(decided: list[float], blocks: list[list[float]], chosen:
 
 
 def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
-    import dataclasses
 
-    from poa_mc.model.spec import ClusterSpec, PolicySpec, ProfileSpec
+    from poa_mc.model.spec import CellSpec, ClusterSpec, PolicySpec, ProfileSpec
     from poa_mc.stats.accumulate import poa_hat_sums
     from poa_mc.stats.reduce import samples_to_columns
 
@@ -172,11 +172,7 @@ def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
     by_decision = {1: [2.0, 2.0], 3: [4.0, 2.0], 0: [6.0, 2.0], 2: [8.0, 2.0]}
     df = _decode_stage_frame([3.0, 1.0, 4.0, 2.0], [by_decision[i] for i in range(4)], [0, 0, 0, 0])
     cols = samples_to_columns(df.with_columns(ttft_ms=pl.lit(1.0), isl=pl.lit(128)))
-    spec = {
-        "cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2)),
-        "policy": dataclasses.asdict(PolicySpec()),
-        "profile": dataclasses.asdict(ProfileSpec()),
-    }
+    spec = CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=2), policy=PolicySpec(), profile=ProfileSpec())
     poa = {"window": 4, "cost": "router", "stage": "auto", "pricing": "slot"}
     actual, opt, windows = poa_hat_sums(cols, spec, poa)
     assert windows == 1 and actual[0] / opt[0] == pytest.approx(20 / 12)
@@ -198,7 +194,7 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     osl = np.array([[10, 10, 1, 10], [10, 10, 10, 1]])
     ttft = np.array([[100.0, 300.0, 50.0, 100.0], [100.0, 100.0, 100.0, 900.0]])
     cols = {"ttft_ms": ttft, "e2e_ms": ttft + 90 * itl, "itl_ms": itl, "osl": osl}
-    spec = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))}
+    spec = spec_from_dict({"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2, decode_kv_blocks=100))})
     acc = accumulate(cols, {}, spec, {"window": 4}, {"ttft_ms": 200.0, "itl_ms": 15.0})
     q50 = sketch.quantile(acc["hist_itl"], 0.5, acc["min_itl"], acc["max_itl"], acc["hist_itl_lo"])
     np.testing.assert_allclose(q50, [10.0, 8.0], rtol=sketch.RESOLUTION)  # nearest rank of the 3 defined
@@ -221,7 +217,7 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     _worker_stats(row, acc, spec)
     assert row["prefill_util"] == pytest.approx(0.5) and row["decode_util"] == pytest.approx(0.75)
     assert row["decode_batch_mean"] == pytest.approx(3.0) and row["kv_occupancy_mean"] == pytest.approx(0.25)
-    spec["cluster"]["flow"] = "aggregated"  # no prefill pool: no prefill utilisation
+    spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, flow="aggregated"))  # no prefill pool
     row = {}
     _worker_stats(row, acc, spec)
     assert math.isnan(row["prefill_util"]) and row["decode_util"] == pytest.approx(0.75)
@@ -232,17 +228,16 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
     """Mean value analysis of a closed loop (one exponential server of 1 ms, clients thinking
     `think` ms): X = clients / (R + Z). Short runs estimate it without the C / n bias of requests
     over first arrival -> last completion (-12% at 16 clients and 100 requests per replica)."""
-    import dataclasses
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.intervals import ratio_interval
     from poa_mc.stats.reduce import _request_rate
     from tests.test_engine_theory import mva_response, queue_cell
 
     spec = queue_cell(1, clients=clients, think_ms=think)
     res = simulate(spec, replicas=400, requests=n, warmup=200, seed=21, stream=0)
-    acc = accumulate(res.samples, res.replica, dataclasses.asdict(spec), {"window": 4})
+    acc = accumulate(res.samples, res.replica, spec, {"window": 4})
     x = clients / (mva_response(clients, 1.0, think) + think) * 1000.0  # per second
     est = ratio_interval(*_request_rate(acc, n))
     se = (est.hi - est.lo) / (2 * 1.96)
@@ -255,15 +250,13 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
 def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
     """docs/outputs.md: hit_rate_g1 ... g4 split hit_rate by the tier the blocks came from (G1 is
     what the lower tiers did not serve) and sum to it; onboard_ms_mean is the mean copy wait."""
-    import dataclasses
-    import json
 
-    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.model.spec import CellSpec, ClusterSpec
     from poa_mc.stats.accumulate import accumulate
     from poa_mc.stats.reduce import cell_stats
 
     cluster = ClusterSpec(n_prefill=1, n_decode=2, g2_blocks=100, g3_blocks=100, g2_gbps=10.0, g3_gbps=1.0)
-    spec = {"cluster": dataclasses.asdict(cluster)}
+    spec = CellSpec(cluster=cluster)
     ttft = np.array([[100.0, 300.0, 50.0, 100.0], [100.0, 100.0, 100.0, 900.0]])
     cols = {
         "ttft_ms": ttft, "e2e_ms": ttft + 100, "itl_ms": np.full((2, 4), 5.0), "osl": np.full((2, 4), 10),
@@ -273,7 +266,7 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
         "onboard_ms": np.array([[1.0, 0, 0, 2.0], [0.5, 0.5, 0, 0]]),
     }  # fmt: skip
     poa = {"window": 4, "social_cost": "mean_ttft"}
-    row = cell_stats(accumulate(cols, {}, spec, poa, {}), {"cell_id": "c", "spec_json": json.dumps(spec)}, poa).row
+    row = cell_stats(accumulate(cols, {}, spec, poa, {}), {"cell_id": "c", "spec_json": spec_to_json(spec)}, poa).row
     assert row["hit_rate"] == pytest.approx(39 / 80)
     assert row["hit_rate_g2"] == pytest.approx(4 / 80) and row["hit_rate_g3"] == pytest.approx(4 / 80)
     assert row["hit_rate_g4"] == pytest.approx(2 / 80) and row["hit_rate_g1"] == pytest.approx(29 / 80)
@@ -281,8 +274,8 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
     assert row["onboard_ms_mean"] == pytest.approx(4.0 / 8) and row["onboard_ms_mean_lo"] == 0.0  # clipped at 0
     # G1 alone: no tier columns at all
     g1 = {k: v for k, v in cols.items() if not k.startswith(("cached_g", "onboard"))}
-    spec1 = {"cluster": dataclasses.asdict(ClusterSpec(n_prefill=1, n_decode=2))}
-    row = cell_stats(accumulate(g1, {}, spec1, poa, {}), {"cell_id": "c", "spec_json": json.dumps(spec1)}, poa).row
+    spec1 = CellSpec(cluster=ClusterSpec(n_prefill=1, n_decode=2))
+    row = cell_stats(accumulate(g1, {}, spec1, poa, {}), {"cell_id": "c", "spec_json": spec_to_json(spec1)}, poa).row
     assert "hit_rate_g1" not in row and "onboard_ms_mean" not in row
 
 
@@ -294,11 +287,10 @@ def test_open_loop_throughput_covers_the_arrival_rate(rho):
     arrival over that window; its interval covers the arrival rate in at least 34 of 40 cells
     (nominal 38), and the mean over cells is within 3 Monte Carlo standard errors of it. The window
     that ended at the last measured completion (a straggler) read high."""
-    import dataclasses
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.estimators import ratio_interval
+    from poa_mc.stats.intervals import ratio_interval
     from poa_mc.stats.reduce import _request_rate
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
@@ -307,7 +299,7 @@ def test_open_loop_throughput_covers_the_arrival_rate(rho):
     warm = check(np.ones((2, 16)), n, 0, utilisation=rho).suggested
     spec = queue_cell(1, rate_rps=rate)
     res = simulate(spec, replicas=cells * reps, requests=n, warmup=warm, seed=31, stream=int(rho * 100))
-    acc = accumulate(res.samples, res.replica, dataclasses.asdict(spec), {"window": 4})
+    acc = accumulate(res.samples, res.replica, spec, {"window": 4})
     values, covered, old = [], 0, []
     for c in range(cells):
         part = {k: v[c * reps : (c + 1) * reps] for k, v in acc.items() if np.ndim(v) and len(v) == cells * reps}
@@ -335,7 +327,7 @@ def test_mm1_p99_through_the_kernels_tally_and_the_summary():
     spec = queue_cell(1, rate_rps=80.0, service_ms=10.0)
     res = simulate(spec, replicas=64, requests=400, warmup=1100, seed=41, stream=0)
     sd = dataclasses.asdict(spec)
-    acc = accumulate(res.samples, res.replica, sd, {"window": 4})  # the kernels' tally code, run here
+    acc = accumulate(res.samples, res.replica, spec, {"window": 4})  # the kernels' tally code, run here
     cell = {"cell_id": "mm1", "spec_json": json.dumps(sd)}
     row = cell_stats(acc, cell, {"stage": "auto", "social_cost": "mean_ttft"}, 1100).row
     true = math.log(100.0) / (100.0 - 80.0) * 1000.0

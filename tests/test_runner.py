@@ -149,22 +149,24 @@ def test_the_summary_takes_the_cells_statistics_worked_out_as_they_were_written(
     assert ran[0].equals(again[0]) and ran[1].equals(again[1])
 
 
-def test_a_stand_in_that_reduces_but_does_not_overlap(tmp_path):
-    """A simulate taking `reduce` but not `overlap` gets its batches reduced, and no overlap."""
+def test_the_test_double_implements_the_engines_interface():
+    """The runner calls every engine alike (poa_mc.engine.interface.Simulate): the stand-in and the
+    engine take its arguments, by the same names, kinds and defaults."""
+    import inspect
+
     from poa_mc.engine import engine
+    from poa_mc.engine.interface import Simulate
 
-    calls = []
-
-    def simulate(*args, reduce=None, keep=None, **kwargs):
-        calls.append(reduce is not None)
-        return engine.simulate(*args, reduce=reduce, keep=keep, **kwargs)
-
-    grid = loads_grid(SMALL)
-    report = runner.run_grid(grid, out=tmp_path / "out", simulate=simulate, quiet=True)
-    assert all(calls) and len(calls) == len(grid.cells()) and report.reduced
-    assert runner._streams(simulate) == {"reduce": True, "overlap": False, "tally": False, "poa": False}
-    assert runner._streams(runner._ENGINE) == {"reduce": True, "overlap": True, "tally": True, "poa": True}
-    assert runner._streams(fake_engine.simulate) == {"reduce": False, "overlap": False, "tally": False, "poa": False}
+    declared = inspect.signature(Simulate.__call__).parameters
+    for impl in (engine.simulate, fake_engine.simulate):
+        params = inspect.signature(impl).parameters
+        for name, p in declared.items():
+            if name == "self":
+                continue
+            assert name in params, (impl, name)
+            assert params[name].kind == p.kind and params[name].default == p.default, (impl, name)
+    extra = set(inspect.signature(fake_engine.simulate).parameters) - set(declared)
+    assert extra == set(), extra  # the stand-in takes nothing the runner does not pass
 
 
 def test_runs_killed_at_random_moments_and_resumed_equal_an_uninterrupted_run(tmp_path):

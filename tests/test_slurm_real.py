@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from poa_mc.run.slurm import _array_tasks
+from poa_mc.run.slurm.status import _array_tasks
 
 pytestmark = pytest.mark.slurm
 

@@ -16,7 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from poa_mc.cli.slurm_cmds import register
-from poa_mc.run import slurm
+from poa_mc.run.slurm.cells import all_cells, load_grid, norm_cell_id, plan_shards
+from poa_mc.run.slurm.options import SlurmError, SlurmOptions
+from poa_mc.run.slurm.records import read_jobs, read_shards, write_shards
+from poa_mc.run.slurm.scheduler import _expand_job_field, state_from_log_text
+from poa_mc.run.slurm.script import PythonEnv, render_array_script, render_reduce_script
+from poa_mc.run.slurm.status import collect_status, format_status
+from poa_mc.run.slurm.submit import _array_spec, submit
 
 GRID = Path(__file__).parent / "slurm" / "grid_small.toml"
 
@@ -52,17 +58,17 @@ class FakeSlurm:
         return [c for c in self.calls if c[0] == "sbatch"]
 
 
-def opts(**kw: object) -> slurm.SlurmOptions:
+def opts(**kw: object) -> SlurmOptions:
     base: dict[str, object] = {"partition": "gpu", "tasks": 4}
     base.update(kw)
-    return slurm.SlurmOptions(**base)  # type: ignore[arg-type]
+    return SlurmOptions(**base)  # type: ignore[arg-type]
 
 
 def sbatch_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("#SBATCH")]
 
 
-PY = slurm.PythonEnv(executable="/opt/my env/bin/python", virtual_env="/opt/my env")
+PY = PythonEnv(executable="/opt/my env/bin/python", virtual_env="/opt/my env")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -79,7 +85,7 @@ def test_array_script_directives(tmp_path: Path) -> None:
         qos="high",
         extra=("#SBATCH --constraint=h100",),
     )
-    text = slurm.render_array_script(GRID, tmp_path / "run", o, 4, PY)
+    text = render_array_script(GRID, tmp_path / "run", o, 4, PY)
     lines = sbatch_lines(text)
     out = (tmp_path / "run").resolve()
     for want in [
@@ -103,7 +109,7 @@ def test_array_script_directives(tmp_path: Path) -> None:
 
 
 def test_no_gres_without_gpus(tmp_path: Path) -> None:
-    text = slurm.render_array_script(GRID, tmp_path, opts(), 4, PY)
+    text = render_array_script(GRID, tmp_path, opts(), 4, PY)
     assert not any(line.startswith("#SBATCH --gres") for line in sbatch_lines(text))
     assert not any(
         line.startswith(("#SBATCH --mem", "#SBATCH --time", "#SBATCH --account")) for line in sbatch_lines(text)
@@ -111,7 +117,7 @@ def test_no_gres_without_gpus(tmp_path: Path) -> None:
 
 
 def test_array_script_uses_submitting_python(tmp_path: Path) -> None:
-    text = slurm.render_array_script(GRID, tmp_path, opts(), 4, PY)
+    text = render_array_script(GRID, tmp_path, opts(), 4, PY)
     assert "PY='/opt/my env/bin/python'" in text
     assert "export PATH='/opt/my env/bin':\"$PATH\"" in text
     assert "export VIRTUAL_ENV='/opt/my env'" in text
@@ -128,7 +134,7 @@ def test_array_script_runs_its_shard(tmp_path: Path, task: int) -> None:
     fake.chmod(0o755)
     out = tmp_path / "run dir"
     script = tmp_path / "array.sbatch"
-    script.write_text(slurm.render_array_script(GRID, out, opts(backend="cpu"), 4, slurm.PythonEnv(str(fake))))
+    script.write_text(render_array_script(GRID, out, opts(backend="cpu"), 4, PythonEnv(str(fake))))
     env = {
         "PATH": os.environ["PATH"],
         "SLURM_ARRAY_TASK_ID": str(task),
@@ -163,7 +169,7 @@ def test_array_script_passes_failure_on(tmp_path: Path) -> None:
     fake.write_text("#!/bin/sh\nexit 3\n")
     fake.chmod(0o755)
     script = tmp_path / "a.sbatch"
-    script.write_text(slurm.render_array_script(GRID, tmp_path, opts(), 2, slurm.PythonEnv(str(fake))))
+    script.write_text(render_array_script(GRID, tmp_path, opts(), 2, PythonEnv(str(fake))))
     proc = subprocess.run(
         ["bash", str(script)],
         env={"PATH": os.environ["PATH"], "SLURM_ARRAY_TASK_ID": "1"},
@@ -173,12 +179,12 @@ def test_array_script_passes_failure_on(tmp_path: Path) -> None:
     )
     assert proc.returncode == 3
     assert "exited with status 3" in proc.stdout
-    assert slurm.state_from_log_text(proc.stdout) == "FAILED"
+    assert state_from_log_text(proc.stdout) == "FAILED"
 
 
 def test_array_script_refuses_outside_array(tmp_path: Path) -> None:
     script = tmp_path / "a.sbatch"
-    script.write_text(slurm.render_array_script(GRID, tmp_path, opts(), 2, slurm.PythonEnv("/bin/true")))
+    script.write_text(render_array_script(GRID, tmp_path, opts(), 2, PythonEnv("/bin/true")))
     proc = subprocess.run(
         ["bash", str(script)], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, check=False
     )
@@ -187,7 +193,7 @@ def test_array_script_refuses_outside_array(tmp_path: Path) -> None:
 
 
 def test_reduce_script(tmp_path: Path) -> None:
-    text = slurm.render_reduce_script(tmp_path, opts(gpus_per_task=1, reduce_partition="cpu"), PY)
+    text = render_reduce_script(tmp_path, opts(gpus_per_task=1, reduce_partition="cpu"), PY)
     lines = sbatch_lines(text)
     assert "#SBATCH --partition=cpu" in lines
     assert not any(line.startswith(("#SBATCH --gres", "#SBATCH --array")) for line in lines)
@@ -210,7 +216,7 @@ def test_reduce_script(tmp_path: Path) -> None:
     ],
 )
 def test_bad_options(kw: dict[str, object], option: str) -> None:
-    with pytest.raises(slurm.SlurmError, match=option) as e:
+    with pytest.raises(SlurmError, match=option) as e:
         opts(**kw).validate()
     assert e.value.bad_input
 
@@ -239,67 +245,67 @@ def mark_done(out: Path, cell: str) -> None:
 def test_submit_array_then_reduce(tmp_path: Path) -> None:
     fake = FakeSlurm()
     out = tmp_path / "run"
-    sub = slurm.submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
+    sub = submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
     calls = fake.sbatch_calls()
     assert calls[0] == ["sbatch", "--parsable", "--array=0-3", str(out / "slurm" / "array.sbatch")]
     assert calls[1] == ["sbatch", "--parsable", "--dependency=afterany:101", str(out / "slurm" / "reduce.sbatch")]
     assert (sub.array_job_id, sub.reduce_job_id, sub.tasks) == ("101", "102", 4)
     assert (out / "logs").is_dir()
-    jobs = slurm.read_jobs(out)
+    jobs = read_jobs(out)
     assert [(j["array_job_id"], j["reduce_job_id"], j["tasks"], j["array"]) for j in jobs] == [("101", "102", 4, "0-3")]
-    n, shard_of = slurm.read_shards(out) or (0, {})
+    n, shard_of = read_shards(out) or (0, {})
     assert n == 4 and len(shard_of) == 8 and set(shard_of.values()) == {0, 1, 2, 3}
 
 
 def test_shards_match_grid_assign_shards(tmp_path: Path) -> None:
     from poa_mc.model.grid import assign_shards, expand
 
-    g = slurm.load_grid(GRID)
+    g = load_grid(GRID)
     cells = expand(g)
-    plan = slurm.plan_shards(g, 3)
+    plan = plan_shards(g, 3)
     assert [plan[c.cell_id] for c in cells] == assign_shards(cells, 3, g.run)
 
 
 def test_resubmit_runs_only_unfinished_shards_and_appends(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
-    _, shard_of = slurm.read_shards(out) or (0, {})
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    _, shard_of = read_shards(out) or (0, {})
     for cell, k in shard_of.items():
         if k != 2:
             mark_done(out, cell)
     fake = FakeSlurm(active=["102"])  # the first reduce job is still waiting
     fake.next_id = 200
     # No --tasks: keeps the previous shard count, so cell -> shard stays the same.
-    sub = slurm.submit(GRID, out, opts(tasks=None), python=PY, runner=fake, echo=lambda s: None)
+    sub = submit(GRID, out, opts(tasks=None), python=PY, runner=fake, echo=lambda s: None)
     calls = fake.sbatch_calls()
     assert calls[0][2:] == ["--array=2", "--dependency=afterany:102", str(out / "slurm" / "array.sbatch")]
     assert calls[1][2:] == ["--dependency=afterany:201", str(out / "slurm" / "reduce.sbatch")]
     assert sub.waits_for == ["102"] and sub.tasks == 4
-    jobs = slurm.read_jobs(out)
+    jobs = read_jobs(out)
     assert [j["array_job_id"] for j in jobs] == ["101", "201"]
     assert jobs[1]["pending_cells"] == sum(1 for k in shard_of.values() if k == 2)
 
 
 def test_resubmit_when_all_done_only_reduces(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
-    for cell in (slurm.read_shards(out) or (0, {}))[1]:
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    for cell in (read_shards(out) or (0, {}))[1]:
         mark_done(out, cell)
     fake = FakeSlurm()
-    sub = slurm.submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
+    sub = submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
     assert sub.array_job_id is None
     assert [c[2:] for c in fake.sbatch_calls()] == [[str(out / "slurm" / "reduce.sbatch")]]
 
 
 def test_more_tasks_than_cells(tmp_path: Path) -> None:
-    sub = slurm.submit(GRID, tmp_path, opts(tasks=50), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    sub = submit(GRID, tmp_path, opts(tasks=50), python=PY, runner=FakeSlurm(), echo=lambda s: None)
     assert sub.tasks == 8 and sub.array_spec == "0-7"
 
 
 def test_dry_run_submits_nothing(tmp_path: Path) -> None:
     fake = FakeSlurm()
     printed: list[str] = []
-    sub = slurm.submit(GRID, tmp_path, opts(), dry_run=True, python=PY, runner=fake, echo=printed.append)
+    sub = submit(GRID, tmp_path, opts(), dry_run=True, python=PY, runner=fake, echo=printed.append)
     assert fake.calls == []
     assert sub.array_script.read_text() in printed
     assert not (tmp_path / "slurm" / "jobs.json").exists()
@@ -309,10 +315,10 @@ def test_sbatch_failure_is_reported(tmp_path: Path) -> None:
     def runner(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(list(cmd), 1, "", "sbatch: error: invalid partition specified: gpu")
 
-    with pytest.raises(slurm.SlurmError, match="invalid partition") as e:
-        slurm.submit(GRID, tmp_path, opts(), python=PY, runner=runner, echo=lambda s: None)
+    with pytest.raises(SlurmError, match="invalid partition") as e:
+        submit(GRID, tmp_path, opts(), python=PY, runner=runner, echo=lambda s: None)
     assert not e.value.bad_input
-    assert slurm.read_jobs(tmp_path) == []
+    assert read_jobs(tmp_path) == []
 
 
 def test_reduce_submission_failure_keeps_array_id(tmp_path: Path) -> None:
@@ -323,36 +329,36 @@ def test_reduce_submission_failure_keeps_array_id(tmp_path: Path) -> None:
             return subprocess.CompletedProcess(list(cmd), 1, "", "sbatch: error: QOSMaxSubmitJobPerUserLimit")
         return fake(cmd)
 
-    with pytest.raises(slurm.SlurmError, match="array job 101 was submitted"):
-        slurm.submit(GRID, tmp_path, opts(), python=PY, runner=runner, echo=lambda s: None)
-    assert [(j["array_job_id"], j["reduce_job_id"]) for j in slurm.read_jobs(tmp_path)] == [("101", None)]
+    with pytest.raises(SlurmError, match="array job 101 was submitted"):
+        submit(GRID, tmp_path, opts(), python=PY, runner=runner, echo=lambda s: None)
+    assert [(j["array_job_id"], j["reduce_job_id"]) for j in read_jobs(tmp_path)] == [("101", None)]
 
 
 def test_bad_grid_is_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[run]\nseed = -1\n")
-    with pytest.raises(slurm.SlurmError, match="run.seed") as e:
-        slurm.submit(bad, tmp_path / "run", opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    with pytest.raises(SlurmError, match="run.seed") as e:
+        submit(bad, tmp_path / "run", opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
     assert e.value.bad_input
 
 
 def test_submit_refuses_dir_of_another_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
     other = tmp_path / "other.toml"
     other.write_text(GRID.read_text().replace("seed = 7", "seed = 8"))
     fake = FakeSlurm()
-    with pytest.raises(slurm.SlurmError, match="seed 7 there, 8 here") as e:
-        slurm.submit(other, out, opts(), python=PY, runner=fake, echo=lambda s: None)
+    with pytest.raises(SlurmError, match="seed 7 there, 8 here") as e:
+        submit(other, out, opts(), python=PY, runner=fake, echo=lambda s: None)
     assert e.value.bad_input and fake.calls == []
 
 
 def test_submit_prepares_run_dir(tmp_path: Path) -> None:
     """The run's manifest exists before DIR/slurm does, so `poa-mc run` accepts the directory."""
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), dry_run=True, python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    submit(GRID, out, opts(), dry_run=True, python=PY, runner=FakeSlurm(), echo=lambda s: None)
     assert (out / "manifest.json").is_file() and (out / "cells.parquet").is_file()
-    assert slurm.all_cells(out) is not None and len(slurm.all_cells(out) or []) == 8
+    assert all_cells(out) is not None and len(all_cells(out) or []) == 8
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,11 +366,11 @@ def test_submit_prepares_run_dir(tmp_path: Path) -> None:
 
 
 def test_helpers() -> None:
-    assert slurm._array_spec([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert slurm._expand_job_field("12_[4-6,8%2]") == [("12", 4), ("12", 5), ("12", 6), ("12", 8)]
-    assert slurm._expand_job_field("12_3") == [("12", 3)]
-    assert slurm._expand_job_field("13") == [("13", None)]
-    assert slurm.norm_cell_id("0007") == "7" and slurm.norm_cell_id("c0a1") == "c0a1"
+    assert _array_spec([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert _expand_job_field("12_[4-6,8%2]") == [("12", 4), ("12", 5), ("12", 6), ("12", 8)]
+    assert _expand_job_field("12_3") == [("12", 3)]
+    assert _expand_job_field("13") == [("13", None)]
+    assert norm_cell_id("0007") == "7" and norm_cell_id("c0a1") == "c0a1"
 
 
 @pytest.mark.parametrize(
@@ -395,29 +401,29 @@ def test_helpers() -> None:
     ],
 )
 def test_state_from_log(log: str, state: str) -> None:
-    assert slurm.state_from_log_text(log) == state
+    assert state_from_log_text(log) == state
 
 
 def test_status_without_slurm(tmp_path: Path) -> None:
     """Only cell progress: no jobs.json, Slurm never asked."""
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), dry_run=True, python=PY, runner=FakeSlurm(), echo=lambda s: None)
-    slurm.write_shards(out, 4, slurm.plan_shards(slurm.load_grid(GRID), 4))
-    mark_done(out, next(iter((slurm.read_shards(out) or (0, {}))[1])))
+    submit(GRID, out, opts(), dry_run=True, python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    write_shards(out, 4, plan_shards(load_grid(GRID), 4))
+    mark_done(out, next(iter((read_shards(out) or (0, {}))[1])))
 
     def no_slurm(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
         raise AssertionError(f"Slurm was asked: {cmd}")
 
-    st = slurm.collect_status(out, runner=no_slurm)
+    st = collect_status(out, runner=no_slurm)
     assert (st.total, st.done) == (8, 1)
     assert sum(s.cells for s in st.shards) == 8 and sum(s.done for s in st.shards) == 1
-    assert "cells: 1/8 done (12%), 7 pending" in slurm.format_status(st)
+    assert "cells: 1/8 done (12%), 7 pending" in format_status(st)
 
 
 def test_status_reports_failed_tasks_from_logs(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
-    _, shard_of = slurm.read_shards(out) or (0, {})
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    _, shard_of = read_shards(out) or (0, {})
     for cell, k in shard_of.items():
         if k != 1:
             mark_done(out, cell)
@@ -430,21 +436,21 @@ def test_status_reports_failed_tasks_from_logs(tmp_path: Path) -> None:
         )
         (logs / f"101_{k}.out").write_text(f"[poa-mc] t shard {k}/4 starts on n\n{end}\n")
     (logs / "reduce_102.out").write_text("[poa-mc] t reduce starts on n\n[poa-mc] t reduce exited with status 1\n")
-    st = slurm.collect_status(out, runner=FakeSlurm())
+    st = collect_status(out, runner=FakeSlurm())
     assert st.source == "logs"
     assert [(t.job_id, t.task, t.state) for t in st.failed] == [("101", 1, "CANCELLED")]
     assert [s.pending for s in st.shards] == [0, sum(1 for k in shard_of.values() if k == 1), 0, 0]
     assert [r.state for r in st.reduce] == ["FAILED"]
-    text = slurm.format_status(st)
+    text = format_status(st)
     assert "101_1: CANCELLED" in text and "reduce 102 FAILED" in text
     assert f"poa-mc submit --grid {GRID.resolve()} --out {out.resolve()} --partition gpu" in text
 
 
 def test_status_prefers_sacct(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
     sacct = "101_0|COMPLETED|0:0\n101_1|TIMEOUT|0:15\n101_[2-3]|PENDING|0:0\n102|PENDING|0:0\n"
-    st = slurm.collect_status(out, runner=FakeSlurm(sacct=sacct))
+    st = collect_status(out, runner=FakeSlurm(sacct=sacct))
     assert st.source == "sacct"
     assert [s.task.state if s.task else None for s in st.shards] == ["COMPLETED", "TIMEOUT", "PENDING", "PENDING"]
     assert [(t.task, t.state) for t in st.failed] == [(1, "TIMEOUT")]
@@ -455,15 +461,15 @@ def test_status_prefers_sacct(tmp_path: Path) -> None:
 
 def test_status_resubmitted_task_supersedes_failure(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    slurm.submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
+    submit(GRID, out, opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None)
     fake = FakeSlurm()
     fake.next_id = 200
-    slurm.submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
+    submit(GRID, out, opts(), python=PY, runner=fake, echo=lambda s: None)
     sacct = (
         "101_0|COMPLETED|0:0\n101_1|CANCELLED by 0|0:0\n101_2|COMPLETED|0:0\n101_3|COMPLETED|0:0\n"
         "201_1|COMPLETED|0:0\n201_0|COMPLETED|0:0\n201_2|COMPLETED|0:0\n201_3|COMPLETED|0:0\n"
     )
-    st = slurm.collect_status(out, runner=FakeSlurm(sacct=sacct))
+    st = collect_status(out, runner=FakeSlurm(sacct=sacct))
     assert st.failed == []
     assert all(s.task and s.task.job_id == "201" for s in st.shards)
 
@@ -518,7 +524,7 @@ def test_cli_bad_input_exit_2(cli: click.Group, tmp_path: Path) -> None:
 
 
 def test_cli_status_plain_and_json(cli: click.Group, tmp_path: Path) -> None:
-    slurm.write_shards(tmp_path, 2, {"c1": 0, "c2": 1})
+    write_shards(tmp_path, 2, {"c1": 0, "c2": 1})
     mark_done(tmp_path, "c2")
     res = CliRunner().invoke(cli, ["status", str(tmp_path)])
     assert res.exit_code == 0 and "cells: 1/2 done" in res.output
@@ -538,6 +544,6 @@ def test_bookkeeping_survives_a_shard_sweeping_temporaries(tmp_path: Path, monke
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", sweep_then_replace)
-    slurm.write_shards(tmp_path, 2, {"a": 0, "b": 1})
+    write_shards(tmp_path, 2, {"a": 0, "b": 1})
     assert json.loads((tmp_path / "slurm" / "shards.json").read_text())["tasks"] == 2
     assert not [p for p in (tmp_path / "slurm").iterdir() if p.name.endswith(".tmp")]

@@ -30,7 +30,7 @@ def test_every_index_is_covered_once_in_contiguous_ranges() -> None:
 
 
 def test_the_result_does_not_depend_on_the_thread_count() -> None:
-    from poa_mc.stats.estimators import _batch_assign
+    from poa_mc.stats.assignment import _batch_assign
 
     costs = np.random.default_rng(3).random((300, 4, 3))
     many = _batch_assign(costs, 2)

@@ -80,7 +80,7 @@ def test_the_suggested_warmup_restores_the_mean_at_load_09():
     100 warm-up requests mean TTFT reads low and its t-interval misses the closed form 1 / (mu -
     lam) = 100 ms in many of 40 cells; with the relaxation rule's 1,100 its mean over cells is within
     3 Monte Carlo standard errors of it and it covers in at least 34 of 40 (nominal 38)."""
-    from poa_mc.stats.estimators import t_interval
+    from poa_mc.stats.intervals import t_interval
 
     rng = np.random.default_rng(3)
     true = 100.0

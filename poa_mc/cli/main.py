@@ -282,9 +282,9 @@ def presets(name: str | None) -> None:
             click.echo(grids[name].read_text(), nl=False)
             return
         if name in profiles:
-            from poa_mc.model.config import _parse_profile
+            from poa_mc.model.parse_cluster import parse_profile
 
-            spec = _parse_profile({"profile": {"name": name}})
+            spec = parse_profile({"profile": {"name": name}})
             click.echo(f"{name}: {profiles[name]}")
             click.echo("resolved (the [profile] keys a grid may set are in docs/profiles.md):")
             # an aic profile is its table: the polynomial's fields do not apply to it
@@ -366,7 +366,7 @@ def reduce(
         for line in summary_notes(summary, warm):
             click.echo(line, err=True)
         if plot and poa.height:
-            from poa_mc.plots.plots import plot_run
+            from poa_mc.plots.figures import plot_run
 
             paths = plot_run(run_dir, workers)
             click.echo(f"plots:   {run_dir / 'plots'}/ ({', '.join(p.name for p in paths)})")
@@ -390,12 +390,13 @@ def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
     import polars as pl
 
     from poa_mc.model.sections import PoaSection
-    from poa_mc.model.spec import ClusterSpec, SpecError
+    from poa_mc.model.spec import SpecError
+    from poa_mc.model.spec_json import spec_from_json
 
     poa = {**json.loads((run_dir / "manifest.json").read_text())["grid"]["poa"], **overrides}
     section = PoaSection(**{k: v for k, v in poa.items() if k in PoaSection.__dataclass_fields__})
     for spec_json in pl.read_parquet(run_dir / "cells.parquet")["spec_json"].unique().to_list():
-        cluster = ClusterSpec(**json.loads(spec_json)["cluster"])
+        cluster = spec_from_json(spec_json).cluster
         try:
             _, _, k = cluster.poa_stage(section.stage)
         except SpecError as e:
@@ -410,7 +411,7 @@ def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
 def plot(run_dir: Path) -> None:
     """Redraw the figures of DIR (into DIR/plots/) from summary.parquet and poa.parquet."""
     from poa_mc.io.store import RunDir
-    from poa_mc.plots.plots import plot_run
+    from poa_mc.plots.figures import plot_run
 
     RunDir(run_dir).read_manifest()  # a damaged run directory is said before any figure is redrawn
     if not (run_dir / "summary.parquet").exists():

@@ -12,10 +12,14 @@ from pathlib import Path
 import click
 
 from poa_mc.cli.common import BadInput, resolve_grid_path
-from poa_mc.run import slurm
+from poa_mc.run.slurm.cells import load_grid
+from poa_mc.run.slurm.options import SlurmError, SlurmOptions
+from poa_mc.run.slurm.records import LOG_DIR
+from poa_mc.run.slurm.status import collect_status, format_status
+from poa_mc.run.slurm.submit import submit
 
 
-def _fail(err: slurm.SlurmError) -> None:
+def _fail(err: SlurmError) -> None:
     click.echo(f"Error: {err}", err=True)
     raise SystemExit(2 if err.bad_input else 1)
 
@@ -28,12 +32,12 @@ def _grid_file(arg: str) -> Path:
     try:
         return resolve_grid_path(arg)
     except BadInput as e:
-        raise slurm.SlurmError(str(e), bad_input=True) from None
+        raise SlurmError(str(e), bad_input=True) from None
 
 
 def _default_out(grid: Path) -> Path:
     """Where `poa-mc run` writes without --out: the grid's [run].out, else runs/<[run].name>."""
-    parsed = slurm.load_grid(grid)
+    parsed = load_grid(grid)
     return Path(parsed.run.out) if parsed.run.out else Path("runs") / parsed.run.name
 
 
@@ -90,7 +94,7 @@ def submit_cmd(
     Submitting again resubmits only the shards with unfinished cells (finished cells stand), after
     every job of the run that is still queued or running.
     """
-    opts = slurm.SlurmOptions(
+    opts = SlurmOptions(
         partition=partition,
         tasks=tasks,
         gpus_per_task=gpus_per_task,
@@ -107,8 +111,8 @@ def submit_cmd(
     try:
         grid = _grid_file(grid_arg)
         out_dir = out if out is not None else _default_out(grid)
-        sub = slurm.submit(grid, out_dir, opts, dry_run=dry_run, echo=click.echo)
-    except slurm.SlurmError as e:
+        sub = submit(grid, out_dir, opts, dry_run=dry_run, echo=click.echo)
+    except SlurmError as e:
         _fail(e)
         return
     if dry_run:
@@ -125,7 +129,7 @@ def submit_cmd(
         click.echo(f"waits for earlier jobs still queued or running: {', '.join(sub.waits_for)}")
     click.echo(f"submitted reduce job {sub.reduce_job_id} (afterany)")
     run_dir = sub.array_script.parent.parent
-    click.echo(f"logs: {run_dir / slurm.LOG_DIR}; progress: poa-mc status {run_dir}")
+    click.echo(f"logs: {run_dir / LOG_DIR}; progress: poa-mc status {run_dir}")
 
 
 @click.command("status")
@@ -138,14 +142,14 @@ def status_cmd(out: Path, as_json: bool) -> None:
     else from scontrol/squeue, else from the task logs in DIR/logs/.
     """
     try:
-        st = slurm.collect_status(out)
-    except slurm.SlurmError as e:
+        st = collect_status(out)
+    except SlurmError as e:
         _fail(e)
         return
     if as_json:
         click.echo(json.dumps(st.to_json(), indent=2))
     else:
-        click.echo(slurm.format_status(st))
+        click.echo(format_status(st))
 
 
 def register(group: click.Group) -> None:

@@ -65,7 +65,6 @@ then count among the most workers of either pool any split has.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -685,8 +684,7 @@ def simulate(
         fp[L.F_SLO_ITL] = float((slo or {}).get("itl_ms", 0.0))
     step = None  # with the kernels' PoA-hat sums, the step table (empty for the router cost)
     if tallied and poa is not None and record_candidates:
-        spec_d = dataclasses.asdict(spec)
-        made = poa_plan.kernel_params(poa_plan.plan(spec_d, poa), spec_d, requests)
+        made = poa_plan.kernel_params(poa_plan.plan(spec, poa), spec, requests)
         if made is not None:
             entries, fp[L.F_POA_OMEGA], step = made
             for j, v in entries.items():

@@ -134,7 +134,7 @@ def timing_steps(fp: np.ndarray, batch: np.ndarray, context: np.ndarray, cap: fl
 
 
 # PoA-hat's window solver (poa_mc/kernels/poa_hat.py) for the engine's pass over each replica's rows, and
-# for the host's compiled path (poa_mc.stats.estimators) over recorded arrays: one solver either way
+# for the host's compiled path (poa_mc.stats.poa_hat) over recorded arrays: one solver either way
 with keyed_cache_dir("cpu"):
     _P = _K.poa_hat
     _replica_sums = _P.replica_sums
@@ -268,7 +268,7 @@ with keyed_cache_dir("cpu"):
 
 def slot_sums(tok, blk, chosen, add_t, add_b, dec, rel_t, rel_b, order, window, slots, omega, block_size, step, seen):
     """PoA-hat's windows under slot pricing from recorded arrays: (OPT of each window (R, nw), the
-    realized cost of each windowed decision (R, nw * window)); see poa_mc.stats.estimators._slot_sums."""
+    realized cost of each windowed decision (R, nw * window)); see poa_mc.stats.poa_hat._slot_sums."""
     r, n = chosen.shape
     nw = n // window
     opt, real = np.empty((r, nw)), np.empty((r, nw * window))

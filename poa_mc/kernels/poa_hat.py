@@ -1,8 +1,8 @@
 """PoA-hat's windows, solved where the requests are: the one home of the window solver (a
-min-cost assignment of a window's decisions to worker slots, poa_mc.stats.estimators explains the
+min-cost assignment of a window's decisions to worker slots, poa_mc.stats.poa_hat explains the
 estimator) and, with ip[P_POA], each replica's window sums worked out from its request rows once
 it has finished, on the target that simulated it, so that a GPU run need not copy its requests'
-candidate costs back. The host's compiled path (poa_mc.stats.estimators) runs the same functions over
+candidate costs back. The host's compiled path (poa_mc.stats.poa_hat) runs the same functions over
 recorded arrays (poa_mc/kernels/cpu.py: slot_sums, window_opt, assign_min), so either way a window's OPT
 and a replica's sums are the same bits.
 
@@ -348,7 +348,7 @@ def build(jit, jit_inline=None):
             if not (b < step.shape[0] and b == math.floor(b)):
                 return math.nan
             return step[np.int64(b)]
-        return omega * tok / block_size + blk  # poa_mc.stats.estimators.router_cost
+        return omega * tok / block_size + blk  # poa_mc.stats.predicted_costs.router_cost
 
     @jit
     def solve_window(f, g, n, k, slots, omega, block_size, step):
@@ -356,7 +356,7 @@ def build(jit, jit_inline=None):
         times (DC, RT, RB) the caller gathered: each decision's view less the load the window's
         earlier decisions still had on each worker, summed in decision order per worker, the
         smallest loads and the requests gone by the window's last decision (the host's numpy
-        bookkeeping: poa_mc.stats.estimators' _load_before, _min_added and _transient; sums of whole
+        bookkeeping: poa_mc.stats.window_load's _load_before, _min_added and _transient; sums of whole
         numbers, exact in any order), then window_opt. NaN for a negative booked load."""
         o = layout(n, k, slots * k)
         wt, wb, ft, fb, at, ab, tt, tb = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]

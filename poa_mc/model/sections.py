@@ -71,7 +71,7 @@ class RunSection:
 
 @dataclass(frozen=True)
 class PoaSection:
-    """[poa]: how the Price of Anarchy is estimated (see poa_mc.stats.estimators)."""
+    """[poa]: how the Price of Anarchy is estimated (see poa_mc.stats.poa_hat and poa_mc.stats.counterfactual)."""
 
     selfish: str = ""
     social_cost: str = "mean_ttft"
@@ -145,7 +145,7 @@ class Topology:
     prefill_kv_blocks: int = 0  # 0: cluster.prefill_kv_blocks
     zipf_alpha: float = -1.0  # < 0: the workload's popularity
     planner: bool = False  # the split the Planner starts at ([games.pd.planner]), labelled "xP/yD planner"
-    tiers: str = ""  # a [grid] tiers variant (config.TIER_VARIANTS): the KV tiers it keeps of [cluster]'s
+    tiers: str = ""  # a [grid] tiers variant (parse_axes.TIER_VARIANTS): the KV tiers it keeps of [cluster]'s
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ class ProfileSpec:
                 raise SpecError(
                     f"{path}.d0", f"decode step polynomial falls below d_min={self.d_min} ms on u in [0, 1]"
                 )
-            # PoA-hat >= 1 under slot pricing (poa_mc.stats.estimators) needs every cost non-decreasing in
+            # PoA-hat >= 1 under slot pricing (poa_mc.stats.poa_hat) needs every cost non-decreasing in
             # the load. The decode step's variable is u = min(1, context / capacity) in [0, 1] (context
             # >= 0): the quadratic is non-decreasing there iff its slope d1 + 2 d2 u is >= 0 at both ends.
             if not self.d1 >= 0:

@@ -4,7 +4,7 @@ Drawing the figures is the last thing `poa-mc run` does, and on a small grid it 
 run: the quickstart's six figures took about 4 s of its 8 s on 2 cores (bench/NOTES.md,
 2026-12-03), one after the other under one GIL, after importing matplotlib. Workers started as
 the run starts import matplotlib and draw a small figure while the run works, then draw the
-figures two at a time at the end. What they draw is `plots.draw_figure`, the function that draws
+figures two at a time at the end. What they draw is `figures.draw_figure`, the function that draws
 a figure in-process, from the run's files, so the PNGs are the same to the byte.
 
 Their start-up must not slow the run: a worker runs at the lowest priority (nice 19), so that
@@ -104,7 +104,7 @@ class FigureWorkers:
         return len(self._procs)
 
     def draw(self, root: str | Path, names: list[str]) -> list[Path | None]:
-        """Draw each named figure of the run in DIR (plots.draw_figure) on the workers; the paths
+        """Draw each named figure of the run in DIR (figures.draw_figure) on the workers; the paths
         in the order of `names`. A figure whose worker went away is drawn in-process. Raises
         RuntimeError with the first failure in that order, after every figure was tried."""
         jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -140,7 +140,7 @@ class FigureWorkers:
             except queue.Empty:
                 break
         if left:
-            from poa_mc.plots.plots import draw_figure
+            from poa_mc.plots.figures import draw_figure
 
             for i, name in sorted(left):
                 try:
@@ -192,7 +192,7 @@ def _warm() -> None:
 
     from matplotlib.figure import Figure
 
-    import poa_mc.plots.plots  # noqa: F401 - the drawing functions and polars
+    import poa_mc.plots.figures  # noqa: F401 - the drawing functions and polars
 
     fig = Figure(figsize=(2, 2), layout="constrained")
     ax = fig.subplots()
@@ -214,7 +214,7 @@ def serve() -> int:
     sys.stdout = sys.stderr
     try:
         _warm()
-        from poa_mc.plots.plots import draw_figure
+        from poa_mc.plots.figures import draw_figure
     except Exception:  # noqa: BLE001 - the run's in-process attempt reports the same failure
         return 1
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import os
 import tempfile
@@ -26,9 +25,11 @@ import polars as pl
 
 import poa_mc
 from poa_mc.engine.engine import EngineError, check_memory, pool_sizes
+from poa_mc.engine.interface import Simulate
 from poa_mc.io.store import RunDir, RunDirError, fingerprint, git_commit, samples_frame
 from poa_mc.kernels import threads
 from poa_mc.model.grid import Cell, GridConfig, assign_shards, estimate_cost
+from poa_mc.model.spec_json import compact, spec_to_json
 from poa_mc.run import speed
 from poa_mc.run.claims import Claims
 from poa_mc.run.console import RunConsole
@@ -39,8 +40,6 @@ from poa_mc.version import engine_source
 
 if TYPE_CHECKING:
     from poa_mc.plots.figure_workers import FigureWorkers
-
-Simulate = Callable[..., Any]
 
 
 @dataclass
@@ -90,23 +89,7 @@ def resolve_backend(requested: str) -> str:
     return resolver("auto") if callable(resolver) else "cpu"
 
 
-_INLINE_VALUES = 64
 WRITE_BESIDE_BYTES = 64 << 20  # a cell whose kept samples are larger is written before the next starts
-
-
-def _compact(obj: Any) -> Any:
-    """Empirical length lists (a trace can hold millions) are stored in cells.parquet as their
-    count and sha256 rather than inline; the cell id still hashes the full values."""
-    if isinstance(obj, dict):
-        out = {k: _compact(v) for k, v in obj.items()}
-        values = obj.get("values")
-        if isinstance(values, (list, tuple)) and len(values) > _INLINE_VALUES:
-            digest = hashlib.sha256(json.dumps(list(values)).encode()).hexdigest()
-            out["values"] = {"count": len(values), "sha256": digest}
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_compact(v) for v in obj]
-    return obj
 
 
 def cells_frame(cells: list[Cell]) -> pl.DataFrame:
@@ -137,8 +120,8 @@ def cells_frame(cells: list[Cell]) -> pl.DataFrame:
         w = s.workload
         row.update(
             arrival=w.arrival,
-            isl=json.dumps(_compact(dataclasses.asdict(w.isl))),
-            osl=json.dumps(_compact(dataclasses.asdict(w.osl))),
+            isl=json.dumps(compact(dataclasses.asdict(w.isl))),
+            osl=json.dumps(compact(dataclasses.asdict(w.osl))),
             prefix_groups=w.prefix_groups,
             prefix_ratio=w.prefix_ratio,
             popularity=w.popularity,
@@ -146,7 +129,7 @@ def cells_frame(cells: list[Cell]) -> pl.DataFrame:
             think_ms=w.think_ms,
             profile=s.profile.name,
             profile_kind=s.profile.kind,
-            spec_json=json.dumps(_compact(dataclasses.asdict(s)), sort_keys=True),
+            spec_json=spec_to_json(s),
         )
         rows.append(row)
     schema_overrides = {"concurrency": pl.Int64, "rate": pl.Float64, "kv_bytes_per_token": pl.Float64}
@@ -381,7 +364,6 @@ def run_grid(
     writer = threads.pool("writer", 1)
     writing: Future | None = None
     pending: Future | None = None  # the previous cell's last reduction, maybe still running
-    streaming = _streams(simulate)
 
     claims = Claims(run_dir, fp, key, started_ns)
 
@@ -396,19 +378,15 @@ def run_grid(
         for cell in claims.cells(todo, report.skipped, lambda: (log or console.note)(waiting)):
             t0 = time.perf_counter()
             try:
-                spec_d = dataclasses.asdict(cell.spec)
 
-                def reduce_batch(cols, rep, logs, spec_d=spec_d):
-                    return accumulate(cols, rep, spec_d, poa_cfg, slo, logs)
+                def reduce_batch(cols, rep, logs, spec=cell.spec):
+                    return accumulate(cols, rep, spec, poa_cfg, slo, logs)
 
-                streams = {"keep": keep, "reduce": reduce_batch} if streaming["reduce"] else {}
-                if streaming["tally"]:  # each replica's requests tallied in the kernels
-                    streams.update(tally=True, slo=slo)
-                if streaming["poa"]:  # ... and its PoA-hat windows solved there
-                    streams["poa"] = poa_cfg
-                if streaming["overlap"]:  # the cell's last batch is reduced while the next cell simulates
-                    streams.update(overlap=True, after=pending)
-                if r.drain:  # a finite run (a stand-in engine without `drain` refuses it)
+                # batches reduced as they leave the kernels, each replica's requests tallied and its
+                # PoA-hat windows solved there, the cell's last batch reduced beside the next cell
+                streams = {"keep": keep, "reduce": reduce_batch, "tally": True, "slo": slo, "poa": poa_cfg,
+                           "overlap": True, "after": pending}  # fmt: skip
+                if r.drain:  # a finite run: no arrivals after the measured requests
                     streams["drain"] = True
                 res = simulate(
                     cell.spec,
@@ -422,9 +400,9 @@ def run_grid(
                     **streams,
                 )
                 pending = getattr(res, "pending", None)
-                if not streaming["reduce"] or not hasattr(res, "reduced"):  # reduced from its whole result
+                if not hasattr(res, "reduced"):  # an engine that left `reduce` unused: from its whole result
                     res = _Reduced(res, getattr(res, "acc", None) or accumulate(
-                        {**res.samples, **(res.candidates or {})}, res.replica, spec_d, poa_cfg, slo, res.extra
+                        {**res.samples, **(res.candidates or {})}, res.replica, cell.spec, poa_cfg, slo, res.extra
                     ))  # fmt: skip
             except EngineError as e:
                 raise CellFailed(_failed_cell(grid, cell, e)) from None
@@ -486,7 +464,7 @@ def run_grid(
             raise Interrupted(out, report.complete, len(cells)) from None
         report.reduced = True
         try:
-            from poa_mc.plots.plots import plot_run
+            from poa_mc.plots.figures import plot_run
 
             console.note("drawing plots")
             report.plots = plot_run(out, workers)
@@ -536,23 +514,3 @@ def _reducible(run_dir: RunDir, cell_id: str, wanted: str) -> bool:
     if meta.get("acc_settings") == wanted:
         return True
     return meta.get("samples") == "all" and run_dir.sample_path(cell_id).exists()
-
-
-def _streams(simulate: Simulate) -> dict[str, bool]:
-    """Which of the engine's streaming arguments this simulate takes: `reduce` (with `keep`:
-    batches reduced as they leave the kernels), `overlap` (with `after`: a cell's last
-    reduction left running beside the next cell), `tally` (with `slo`: the kernels tally each
-    replica's requests) and `poa` (with tally: the kernels work PoA-hat's window sums out). A
-    stand-in without `reduce` is reduced from its whole result."""
-    if simulate is _ENGINE:
-        return {"reduce": True, "overlap": True, "tally": True, "poa": True}
-    try:
-        params = inspect.signature(simulate).parameters
-    except (TypeError, ValueError):
-        return {"reduce": False, "overlap": False, "tally": False, "poa": False}
-    return {
-        "reduce": "reduce" in params,
-        "overlap": "reduce" in params and "overlap" in params,
-        "tally": "reduce" in params and "tally" in params,
-        "poa": "reduce" in params and "tally" in params and "poa" in params,
-    }

@@ -45,9 +45,9 @@ import numpy as np
 
 from poa_mc.kernels import layout as L
 from poa_mc.kernels import tally as T
-from poa_mc.model.spec import ClusterSpec, ProfileSpec
+from poa_mc.model.spec import CellSpec
 from poa_mc.stats import poa_plan, sketch
-from poa_mc.stats.estimators import PoaHat, poa_hat_from_candidates
+from poa_mc.stats.poa_hat import PoaHat, poa_hat_from_candidates
 
 # poa_mc.kernels.cpu is imported where it is called: importing it builds the CPU kernels' dispatchers.
 
@@ -76,7 +76,7 @@ def settings(poa: dict[str, Any], slo: dict[str, Any] | None) -> str:
 def accumulate(
     cols: dict[str, np.ndarray],
     replica: dict[str, np.ndarray],
-    spec: dict[str, Any],
+    spec: CellSpec,
     poa: dict[str, Any],
     slo: dict[str, Any] | None = None,
     logs: dict[str, np.ndarray | None] | None = None,
@@ -86,7 +86,7 @@ def accumulate(
     cols: the measured requests' arrays, (R, N) each, candidates (R, N, W) included when recorded
     (SimResult.samples and .candidates in one dict), and the kernels' tallies of them when the
     engine made them ("tally_f", "tally_h", "tally_slo": poa_mc.engine.engine.simulate's tally=True);
-    replica: SimResult.replica; spec: the cell's spec as a dict (cells.parquet's spec_json);
+    replica: SimResult.replica; spec: the cell's spec;
     logs: SimResult.extra's switch_log / move_log.
     """
     tally_f, tally_h, present = _tally(cols, slo)
@@ -168,13 +168,13 @@ def _tally(cols: dict[str, np.ndarray], slo: dict[str, Any] | None) -> tuple[np.
 
 
 def poa_hat_sums(
-    cols: dict[str, np.ndarray], spec: dict[str, Any], poa: dict[str, Any]
+    cols: dict[str, np.ndarray], spec: CellSpec, poa: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """PoA-hat's per-replica window sums (ACTUAL, OPT) and windows per replica over the routing
     decision [poa] names (poa_mc.stats.poa_plan): the kernels' sums when they made them ("poa_kernel",
     with the settings they were made for, "poa_settings"), else worked out here from its
     candidate columns, the worker it chose, what it booked there, and its windows in decision
-    order (poa_mc.stats.estimators; the same numbers). NaN sums and 0 windows where there is no game
+    order (poa_mc.stats.poa_hat; the same numbers). NaN sums and 0 windows where there is no game
     (one candidate, a planner moving workers, or no candidates recorded)."""
     r, n = np.shape(cols["ttft_ms"])
     nan = (np.full(r, np.nan), np.full(r, np.nan), 0)
@@ -209,7 +209,7 @@ def poa_hat_sums(
             obs = ttft - (decided - arrival)
     else:  # queued prefill tokens leave by the first token at the latest, blocks at the end
         t_dec, rel_t, rel_b = arrival, arrival + ttft, done
-    cluster = ClusterSpec(**spec["cluster"])
+    cluster = spec.cluster
     ph: PoaHat = poa_hat_from_candidates(
         tokens,
         blocks,
@@ -221,7 +221,7 @@ def poa_hat_sums(
         cost=p.cost,
         block_size=int(cluster.block_size),
         overlap_weight=p.omega,
-        profile=ProfileSpec(**spec["profile"]),
+        profile=spec.profile,
         isl=isl,
         freeze=p.freeze,
         pricing=p.pricing,

@@ -21,7 +21,7 @@ the optimum, with the worst and the best equilibrium when there are several.
 
 Intervals (`poa_pd_interval`): the target for an equilibrium e is theta = c(e) / min_s c(s) =
 max(1, max_{s != e} c(e) / c(s)), so the optimum need not be picked from the data, as in
-estimators.counterfactual_poa. Different splits are different topologies and so independent
+counterfactual.counterfactual_poa. Different splits are different topologies and so independent
 streams; each split's standard error of log c(s) comes from its 95% interval in the summary,
 (ln hi - ln lo) / (2 t_{r-1}) (a benefit's cost 1 / value has the same). For every other split a
 delta-method t-interval for log(c(e) / c(s)) (the two standard errors in quadrature, Welch-
@@ -40,8 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poa_mc.model.sections import BENEFITS
+from poa_mc.model.spec import CellSpec
 from poa_mc.model.spec import budget_splits as splits  # noqa: F401 - Game 1's splits, re-exported
-from poa_mc.stats.estimators import _exp_or_inf, _t_ppf, _t_quantile, ratio_to_best, t_interval
+from poa_mc.model.spec_json import spec_from_json
+from poa_mc.stats.counterfactual import ratio_to_best
+from poa_mc.stats.intervals import _exp_or_inf, _t_ppf, _t_quantile, t_interval
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def poa_pd_interval(
     `cost[s]`: split s's estimated social cost; `log_se[s]`: the standard error of its log (see
     `_log_se`); `replicas[s]`: its replicas. Splits are different topologies, so independent
     streams. Point estimate: c(eq) / min_s c(s), 1 when eq is the estimated optimum. Interval: as
-    `estimators.ratio_to_best`, with independent estimates: for each other split s a delta-method
+    `counterfactual.ratio_to_best`, with independent estimates: for each other split s a delta-method
     t-interval for log rho_s, se = sqrt(se_eq^2 + se_s^2), at level 1 - (1 - level) / m over the m
     rivals (Bonferroni), degrees of freedom by Welch-Satterthwaite; theta is increasing in every
     rho_s, so [max(1, max_s L_s), max(1, max_s U_s)] covers it with probability >= `level` (up to
@@ -292,19 +295,14 @@ def pd_game_frame(summary, game: dict):  # noqa: ANN001, ANN201 - polars frames,
 # Game 2: selfish against coordinated caching
 
 
-def working_set_blocks(spec: dict) -> int:
+def working_set_blocks(spec: CellSpec) -> int:
     """Blocks of every prefix group's shared prefix at the longest prompt: what a cache must hold
     to hit every shared prefix (the unique rest of each prompt can never be hit by another);
     -1 when the longest prompt is not stored (a long empirical length list)."""
-    w, c = spec["workload"], spec["cluster"]
-    isl = w["isl"]
-    if isl["kind"] == "empirical":
-        if not isinstance(isl["values"], list):
-            return -1  # a long trace's lengths are stored as their count and digest: unknown here
-        longest = max(isl["values"])
-    else:
-        longest = isl[{"fixed": "value", "uniform": "high", "lognormal": "cap"}[isl["kind"]]]
-    return int(w["prefix_groups"]) * (math.floor(float(w["prefix_ratio"]) * int(longest)) // int(c["block_size"]))
+    w, c = spec.workload, spec.cluster
+    if w.isl.kind == "empirical" and not w.isl.values:
+        return -1  # a long trace's lengths are stored as their count and digest (poa_mc.model.spec_json)
+    return int(w.prefix_groups) * (math.floor(float(w.prefix_ratio) * w.isl.max_value()) // int(c.block_size))
 
 
 def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float], game: dict):  # noqa: ANN001, ANN201
@@ -315,7 +313,6 @@ def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float]
 
     `cells`: cells.parquet rows; `costs[cell_id]`: one social cost per replica (`game["social_cost"]`
     kind); `hits[cell_id]`: the cell's prefix hit rate. Points with a policy missing are skipped."""
-    import json as _json
 
     import polars as pl
 
@@ -330,10 +327,10 @@ def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float]
         s_cost = costs[by_policy[selfish]["cell_id"]]
         best = ratio_to_best(s_cost, {p: costs[by_policy[p]["cell_id"]] for p in coordinated})
         first = by_policy[selfish]
-        spec = _json.loads(first["spec_json"])
-        kv = int(spec["cluster"]["prefill_kv_blocks"])
-        wl = spec["workload"]
-        alpha = float(wl["zipf_alpha"]) if wl["popularity"] == "zipf" else 0.0
+        spec = spec_from_json(first["spec_json"])
+        kv = int(spec.cluster.prefill_kv_blocks)
+        wl = spec.workload
+        alpha = float(wl.zipf_alpha) if wl.popularity == "zipf" else 0.0
         for p in names:
             cell = by_policy[p]
             x = costs[cell["cell_id"]]

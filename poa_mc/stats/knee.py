@@ -131,7 +131,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from poa_mc.stats.estimators import _t_ppf
+from poa_mc.stats.intervals import _t_ppf
 
 BELOW = "below"
 TRANSITION = "transition"

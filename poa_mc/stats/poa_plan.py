@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from poa_mc.kernels import layout as L
-from poa_mc.model.spec import ClusterSpec, ProfileSpec
-from poa_mc.stats.estimators import predicted_step_ms
+from poa_mc.model.spec import CellSpec, ProfileSpec
+from poa_mc.stats.predicted_costs import predicted_step_ms
 
 POA_KEYS = ("stage", "window", "slots", "cost", "overlap_weight", "freeze", "pricing")
 # a step table longer than this is not made (the host's compiled path draws the same line)
@@ -43,7 +43,7 @@ class PoaPlan:
     lo: int  # the decision's first candidate worker (global index, its column in the candidates)
     k: int  # candidate workers
     times: str  # prefill | after_prefill | arrival (the module table's rows)
-    cost: str  # poa_mc.stats.estimators' flavour: router | ttft | observed | decode_step | observed_step
+    cost: str  # poa_mc.stats.poa_hat's flavour: router | ttft | observed | decode_step | observed_step
     omega: float  # the router cost's weight on tokens
     window: int
     slots: int  # as [poa] gives it (0: the pricing's default)
@@ -76,9 +76,9 @@ def settings(poa: dict[str, Any]) -> str:
     return json.dumps(keys, sort_keys=True)
 
 
-def plan(spec: dict[str, Any], poa: dict[str, Any]) -> PoaPlan:
-    """The cell's PoA-hat plan from its spec (a dict, as cells.parquet stores it) and [poa]."""
-    cluster = ClusterSpec(**spec["cluster"])
+def plan(spec: CellSpec, poa: dict[str, Any]) -> PoaPlan:
+    """The cell's PoA-hat plan from its spec and [poa]."""
+    cluster = spec.cluster
     stage, lo, k = cluster.poa_stage(poa.get("stage", "auto"))
     if stage == "prefill":
         times = "prefill"
@@ -90,11 +90,11 @@ def plan(spec: dict[str, Any], poa: dict[str, Any]) -> PoaPlan:
     omega = float(poa.get("overlap_weight", 1.0))
     if times == "after_prefill":
         cost = {"ttft": "decode_step", "observed": "observed_step"}.get(cost, "router")
-        omega = float(spec.get("policy", {}).get("decode_overlap_weight", 0.0))
+        omega = float(spec.policy.decode_overlap_weight)
     return PoaPlan(
         stage=stage, lo=lo, k=k, times=times, cost=cost, omega=omega, window=int(poa["window"]),
         slots=int(poa.get("slots", 0)), freeze=bool(poa.get("freeze", True)), pricing=poa.get("pricing", "slot"),
-        game=k >= 2 and not spec.get("planner"), seen_from=poa.get("observed_from", "decision"),
+        game=k >= 2 and spec.planner is None, seen_from=poa.get("observed_from", "decision"),
     )  # fmt: skip
 
 
@@ -111,7 +111,7 @@ def _step_table(profile: ProfileSpec, kv_blocks: int, block_size: int, size: int
     return predicted_step_ms(np.arange(size, dtype=np.float64), profile, kv_blocks, block_size)
 
 
-def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict[int, int], float, np.ndarray] | None:
+def kernel_params(p: PoaPlan, spec: CellSpec, requests: int) -> tuple[dict[int, int], float, np.ndarray] | None:
     """What the kernels need to work this plan out (ip entries, the token weight, the step table,
     empty for the router cost), or None where the host does: no game, frozen pricing, no load
     accounting, the predicted-TTFT flavours of a prefill or arrival decision (they price a prompt
@@ -124,11 +124,11 @@ def kernel_params(p: PoaPlan, spec: dict[str, Any], requests: int) -> tuple[dict
         return None
     step = np.empty(0)
     if p.cost != "router":
-        cluster = ClusterSpec(**spec["cluster"])
+        cluster = spec.cluster
         kv = int(cluster.decode_kv_blocks)
         size = min(STEP_TABLE_MAX, max(1 << 16, 4 * kv))  # as far as the kernels look up
         # a copy: each cell's kernels get an array of their own
-        step = _step_table(ProfileSpec(**spec["profile"]), kv, int(cluster.block_size), size).copy()
+        step = _step_table(spec.profile, kv, int(cluster.block_size), size).copy()
     ip = {
         L.P_POA: L.POA_OBSERVED_CLIENT if p.cost == "observed_step" and p.seen_from == "client" else _KINDS[p.cost],
         L.P_POA_WIN: p.window, L.P_POA_SLOTS: slots, L.P_POA_LO: p.lo,

@@ -21,7 +21,7 @@ replicas see few events: 0.91 at p = 0.02 with 8 replicas (4 events each), 0.84 
 with 16 (1 each).
 
 A rate of events that may exceed one per trial (preemptions per request) keeps the log-delta
-ratio interval (poa_mc.stats.estimators.ratio_interval); with no event at all it is
+ratio interval (poa_mc.stats.intervals.ratio_interval); with no event at all it is
 [0, -ln(alpha / 2) / n], the exact Poisson upper bound for a count of zero, never [0, 0].
 """
 
@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from poa_mc.stats.estimators import Estimate, ratio_interval
+from poa_mc.stats.intervals import Estimate, ratio_interval
 
 
 def _z(level: float) -> float:

@@ -21,20 +21,15 @@ import polars as pl
 
 from poa_mc.io.files import atomic_write_parquet
 from poa_mc.io.store import RunDir, RunDirError
-from poa_mc.model.spec import REGIMES, ClusterSpec, budget_splits
+from poa_mc.model.spec import REGIMES, CellSpec, budget_splits
+from poa_mc.model.spec_json import spec_from_json
 from poa_mc.stats import sketch
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
-from poa_mc.stats.estimators import (
-    SOCIAL_COSTS,
-    Estimate,
-    PoaHat,
-    counterfactual_poa,
-    ratio_interval,
-    social_cost_per_replica,
-    t_interval,
-)
+from poa_mc.stats.counterfactual import SOCIAL_COSTS, counterfactual_poa, social_cost_per_replica
 from poa_mc.stats.games import cache_game_frame, pd_game_frame, planner_frame, planner_moves_frame, planner_runs
+from poa_mc.stats.intervals import Estimate, ratio_interval, t_interval
 from poa_mc.stats.knee import knee_analysis
+from poa_mc.stats.poa_hat import PoaHat
 from poa_mc.stats.proportions import clip_share, proportion_interval, rate_interval
 from poa_mc.stats.quantiles import pooled_quantiles
 from poa_mc.stats.warmup import check as warmup_check
@@ -63,7 +58,7 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     if r == 0 or not (n_req == n_req[0]).all():
         raise ValueError(f"cell {cell['cell_id']}: replicas have unequal request counts")
     n = int(n_req[0])
-    spec = json.loads(cell["spec_json"])
+    spec = spec_from_json(cell["spec_json"])
     row: dict[str, Any] = {"cell_id": cell["cell_id"], "replicas": r, "requests": n}
 
     def mean(name: str) -> np.ndarray:
@@ -96,18 +91,18 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     for name in ("prefill_wait_ms", "decode_wait_ms"):
         if f"sum_{name}" in acc:
             _put(row, name.replace("_ms", "_mean_ms"), t_interval(mean(name)))
-    if spec.get("workload", {}).get("client") and "sum_client_wait_ms" in acc:
+    if spec.workload.client is not None and "sum_client_wait_ms" in acc:
         # a modelled load generator (poa_mc/kernels/client.py): TTFT and E2E above are what the client
         # sees; the server's part starts at the frontend, client_wait_mean_ms later on average
         wait = t_interval(mean("client_wait_ms"))
         _put(row, "client_wait_mean_ms", replace(wait, lo=max(wait.lo, 0.0)))
         _put(row, "server_ttft_mean_ms", t_interval(mean("ttft_ms") - mean("client_wait_ms")))
-    if spec.get("cluster", {}).get("flow") == "prefill_first" and "sum_transfer_ms" in acc:
+    if spec.cluster.flow == "prefill_first" and "sum_transfer_ms" in acc:
         # from the reads' start to the KV's arrival: per decode worker, samples.parquet's transfer_ms
         xfer = t_interval(mean("transfer_ms"))
         _put(row, "transfer_mean_ms", replace(xfer, lo=max(xfer.lo, 0.0)))
 
-    open_loop = spec.get("workload", {}).get("arrival", "closed") != "closed"
+    open_loop = spec.workload.arrival != "closed"
     num, den = _request_rate(acc, n, open_loop=open_loop)
     _put(row, "throughput_rps", ratio_interval(num, den))
     _put(row, "output_tps", ratio_interval(num * acc["sum_osl"] / n, den))
@@ -129,13 +124,12 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     row["replicas_identical"] = _identical(acc)
     # an open loop's first queue sets its relaxation time (poa_mc.stats.warmup)
     rho = row.get("prefill_util", math.nan) if open_loop else math.nan
-    n_p = int(spec.get("cluster", {}).get("n_prefill", 1) or 1)
+    n_p = int(spec.cluster.n_prefill or 1)
     warm = warmup_check(acc.get("batch_ttft"), n, warmup, rho, n_p)
     row["warmup_drift"] = warm.drift
     row["warmup_suggested"] = warm.suggested if warm.transient else None
 
-    cluster = ClusterSpec(**spec["cluster"])
-    stage, _, k = cluster.poa_stage(poa.get("stage", "auto"))
+    stage, _, k = spec.cluster.poa_stage(poa.get("stage", "auto"))
     row["poa_stage"], row["poa_candidates"] = stage, k
     windows = int(acc["poa_windows"][0])
     ph = PoaHat(
@@ -167,13 +161,13 @@ def _identical(acc: dict[str, np.ndarray]) -> bool:
     return len(acc["n"]) > 1 and all(bool((acc[k] == acc[k][0]).all()) for k in keys)
 
 
-def _planner_runs(acc: dict[str, np.ndarray], spec: dict) -> Any:
+def _planner_runs(acc: dict[str, np.ndarray], spec: CellSpec) -> Any:
     """A planner cell's moves, from its per-replica move log (poa_mc.stats.games.planner_runs)."""
-    pl_spec = spec.get("planner")
-    if not pl_spec or "replica_measured_ms" not in acc:
+    pl_spec = spec.planner
+    if pl_spec is None or "replica_measured_ms" not in acc:
         return None
 
-    path = budget_splits(int(pl_spec["gpu_budget"]), int(pl_spec["prefill_gpus"]), int(pl_spec["decode_gpus"]))
+    path = budget_splits(int(pl_spec.gpu_budget), int(pl_spec.prefill_gpus), int(pl_spec.decode_gpus))
     end = acc["replica_sim_ms"]
     begin = end - acc["replica_measured_ms"]
     r = len(end)
@@ -181,7 +175,7 @@ def _planner_runs(acc: dict[str, np.ndarray], spec: dict) -> Any:
         ms, n_p = acc["plan_move_ms"].astype(np.float64), acc["plan_n_prefill"].astype(np.float64)
     else:  # no move logged (log_moves = 0)
         ms = n_p = np.full((r, 1), np.nan)
-    start = (int(spec["cluster"]["n_prefill"]), int(spec["cluster"]["n_decode"]))
+    start = (int(spec.cluster.n_prefill), int(spec.cluster.n_decode))
     return planner_runs(path, start, ms, n_p, begin, end)
 
 
@@ -232,30 +226,30 @@ def _slo_stats(row: dict[str, Any], met: np.ndarray, n: int, num: np.ndarray, de
     _put(row, "goodput_rps", ratio_interval(num * share, den))
 
 
-def _worker_stats(row: dict[str, Any], acc: dict[str, np.ndarray], spec: dict) -> None:
+def _worker_stats(row: dict[str, Any], acc: dict[str, np.ndarray], spec: CellSpec) -> None:
     """Utilisation of each pool (share of worker time in a pass), mean running decode batch and
     KV occupancy (blocks held by requests over capacity), from the engine's time integrals over
     the measured part of the run (first measured arrival to the end)."""
     names = ("prefill_busy_ms", "decode_busy_ms", "decode_batch_ms", "decode_kv_block_ms", "measured_ms")
     # a planner moves workers between pools: shares of a fixed worker count would mean nothing
-    if spec.get("planner") or not all(f"replica_{c}" in acc for c in names):
+    if spec.planner is not None or not all(f"replica_{c}" in acc for c in names):
         for c in ("prefill_util", "decode_util", "decode_batch_mean", "kv_occupancy_mean"):
             _put(row, c, _NAN)
         return
     col = {c: acc[f"replica_{c}"] for c in names}
     span = np.where(col["measured_ms"] > 0, col["measured_ms"], np.nan)
-    cluster = spec["cluster"]
-    n_p = 0 if cluster["flow"] == "aggregated" else int(cluster["n_prefill"])
-    n_d = int(cluster["n_decode"])
+    cluster = spec.cluster
+    n_p = 0 if cluster.flow == "aggregated" else int(cluster.n_prefill)
+    n_d = int(cluster.n_decode)
     _put(row, "prefill_util", t_interval(col["prefill_busy_ms"] / (span * n_p)) if n_p else _NAN)
     _put(row, "decode_util", t_interval(col["decode_busy_ms"] / (span * n_d)))
     _put(row, "decode_batch_mean", t_interval(col["decode_batch_ms"] / (span * n_d)))
-    cap = float(cluster["decode_kv_blocks"])
+    cap = float(cluster.decode_kv_blocks)
     _put(row, "kv_occupancy_mean", t_interval(col["decode_kv_block_ms"] / (span * n_d * cap)))
-    if int(cluster.get("gpus_per_node", 0)) > 0 and "replica_link_busy_ms" in acc:
+    if int(cluster.gpus_per_node) > 0 and "replica_link_busy_ms" in acc:
         # nodes and links (poa_mc/kernels/links.py): the share of time the prefill nodes' links carry a
         # transfer (a shared link runs at full rate whenever one is on it)
-        nodes = ClusterSpec(**cluster).nodes()
+        nodes = cluster.nodes()
         senders = {nodes[w] for w in range(n_p) if any(nodes[d] != nodes[w] for d in range(n_p, n_p + n_d))}
         if senders:
             _put(row, "link_util", t_interval(acc["replica_link_busy_ms"] / (span * len(senders))))
@@ -426,7 +420,7 @@ def _cell_acc(
         if names[0] in old:
             logs[key] = np.stack([old[c] for c in names], axis=2)
     cols = samples_to_columns(run_dir.read_samples(cid))
-    return accumulate(cols, rep, json.loads(cell["spec_json"]), poa, slo, logs)
+    return accumulate(cols, rep, spec_from_json(cell["spec_json"]), poa, slo, logs)
 
 
 def _changed_key(had: str | None, wanted: str) -> str:
