@@ -132,3 +132,47 @@ def test_a_policy_added_as_docs_architecture_says(tmp_path):
     first, spread = done.stdout.split("]")
     assert first.strip("[ ").split(",") == ["0"]  # every prompt to the first prefill worker
     assert int(spread) == 3  # where round robin uses all three
+
+
+_TOY_METRIC = """
+from pathlib import Path
+from poa_mc.model.config import loads_grid
+from poa_mc.run.runner import run_grid
+from poa_mc.stats.reduce import reduce_run
+from tests import fake_engine
+from tests.grids_for_tests import SMALL
+
+out = Path("run")
+run_grid(loads_grid(SMALL), out=out, simulate=fake_engine.simulate, quiet=True, finish=False)
+summary, _ = reduce_run(out)
+print(summary["prefill_wait_share"].to_list(), summary["prefill_wait_share_lo"].null_count())
+"""
+
+
+def test_a_summary_metric_added_as_docs_architecture_says(tmp_path):
+    """docs/architecture.md's steps for a summary figure made from the accumulators, taken on a copy
+    of the package: its declaration in poa_mc/stats/columns.py and its arithmetic in
+    poa_mc/stats/reduce.py's cell_stats. The summary then has it, with its interval, in every row
+    (the stand-in engine's prefill wait is half its TTFT: the share is 0.5)."""
+    pkg = tmp_path / "poa_mc"
+    shutil.copytree(ROOT / "poa_mc", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    cols = pkg / "stats" / "columns.py"
+    text = cols.read_text()
+    anchor = '    Col("hit_rate", F, "share", True),\n'
+    assert anchor in text
+    cols.write_text(text.replace(anchor, anchor + '    Col("prefill_wait_share", F, "share", True),\n'))
+    reduce = pkg / "stats" / "reduce.py"
+    text = reduce.read_text()
+    anchor = '    _put(row, "hit_rate", proportion_interval(cached, prompt))\n'
+    assert anchor in text
+    toy = '    _put(row, "prefill_wait_share", t_interval(mean("prefill_wait_ms") / mean("ttft_ms")))\n'
+    reduce.write_text(text.replace(anchor, anchor + toy))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _TOY_METRIC], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    values, nulls = done.stdout.rsplit(" ", 1)
+    shares = [float(v) for v in values.strip("[]").split(",")]
+    assert len(shares) == 8 and all(abs(v - 0.5) < 1e-12 for v in shares), shares
+    assert int(nulls) == 0

@@ -95,24 +95,14 @@ _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FI
 _POLICY = L.POLICY_ID  # `[[policy]] kind` -> the kernels' id (one table: poa_mc/kernels/layout.py)
 _DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
 # an aic profile is pass-timed like the polynomial; fp[F_TAB] tells the kernels to read its table
-_PROF = {"polynomial": L.PROF_POLY, "aic": L.PROF_POLY, "exponential": L.PROF_EXP, "deterministic": L.PROF_DET}
+_PROF = L.PROFILE_ID  # `[profile] kind` -> the kernels' id (one table: poa_mc/kernels/layout.py)
 
-SAMPLE_FLOAT_FIELDS = (
-    "arrival_ms", "ttft_ms", "e2e_ms", "itl_ms", "prefill_wait_ms", "decode_wait_ms", "onboard_ms", "client_wait_ms",
-    "transfer_ms",
-)  # fmt: skip
-SAMPLE_INT_FIELDS = (
-    "seq", "isl", "osl", "group", "prompt_blocks", "cached_blocks", "prefill_worker", "decode_worker", "cached_g2",
-    "cached_g3", "cached_g4",
-)  # fmt: skip
-_OF = (L.OF_ARR, L.OF_TTFT, L.OF_E2E, L.OF_ITL, L.OF_PWAIT, L.OF_DWAIT, L.OF_ONB, L.OF_CWAIT, L.OF_XFER)
-_OI = (L.OI_SEQ, L.OI_ISL, L.OI_OSL, L.OI_GRP, L.OI_PBLK, L.OI_CACHED, L.OI_PW, L.OI_DW, L.OI_H2, L.OI_H3, L.OI_H4)
-_ADDED = {
-    "prefill_added_tokens": L.OI_PADD_T,
-    "prefill_added_blocks": L.OI_PADD_B,
-    "decode_added_tokens": L.OI_DADD_T,
-    "decode_added_blocks": L.OI_DADD_B,
-}
+# the sample columns and the request rows' columns they come from (poa_mc/kernels/layout.py's tables)
+SAMPLE_FLOAT_FIELDS = tuple(n for n, kind, _ in L.REQUEST_FIELDS if kind == "f")
+SAMPLE_INT_FIELDS = tuple(n for n, kind, _ in L.REQUEST_FIELDS if kind == "i")
+_OF = tuple(j for _, kind, j in L.REQUEST_FIELDS if kind == "f")
+_OI = tuple(j for _, kind, j in L.REQUEST_FIELDS if kind == "i")
+_ADDED = {n: j for n, _, j in L.DECISION_FIELDS if "_added_" in n}
 # the per-request fields poa_mc.stats.accumulate.poa_hat_sums reads (besides the candidates): with the
 # kernels' tallies, the only ones a batch's reduction gathers
 POA_HAT_FIELDS = frozenset(

@@ -223,6 +223,12 @@ DIST_EMPIRICAL = 3
 PROF_POLY = 0  # pass-timed: the polynomial, or the table when fp[F_TAB] = 1
 PROF_EXP = 1
 PROF_DET = 2
+# the timing-profile kinds (`[profile] kind`) and the id the kernels run each as: pass-timed
+# (PROF_POLY: prefill passes and decode steps priced by poa_mc/kernels/timing.py), or a theory kind
+# whose service times poa_mc/kernels/requests.py draws per request. The grid's kinds, their check
+# and the engine's packing follow this table.
+PROFILE_TABLE = (("polynomial", PROF_POLY), ("aic", PROF_POLY), ("exponential", PROF_EXP), ("deterministic", PROF_DET))
+PROFILE_ID = dict(PROFILE_TABLE)
 
 # ---- float parameters (fp) ----
 F_OMEGA = 0  # overlap weight
@@ -531,6 +537,22 @@ OI_H2 = 14  # tiers: SI_H2
 OI_H3 = 15  # tiers: SI_H3
 OI_H4 = 16  # tiers: SI_H4
 NOI = 17
+# the request rows' columns as samples.parquet names them, in its order: (name, "f": a column of
+# out_f / "i": of out_i, index). The engine's sample columns follow these tables.
+REQUEST_FIELDS = (
+    ("arrival_ms", "f", OF_ARR), ("ttft_ms", "f", OF_TTFT), ("e2e_ms", "f", OF_E2E), ("itl_ms", "f", OF_ITL),
+    ("prefill_wait_ms", "f", OF_PWAIT), ("decode_wait_ms", "f", OF_DWAIT), ("onboard_ms", "f", OF_ONB),
+    ("client_wait_ms", "f", OF_CWAIT), ("transfer_ms", "f", OF_XFER),
+    ("seq", "i", OI_SEQ), ("isl", "i", OI_ISL), ("osl", "i", OI_OSL), ("group", "i", OI_GRP),
+    ("prompt_blocks", "i", OI_PBLK), ("cached_blocks", "i", OI_CACHED), ("prefill_worker", "i", OI_PW),
+    ("decode_worker", "i", OI_DW), ("cached_g2", "i", OI_H2), ("cached_g3", "i", OI_H3), ("cached_g4", "i", OI_H4),
+)  # fmt: skip
+# recorded with the router's candidates only: the decision's time, its choice and what it booked
+DECISION_FIELDS = (
+    ("decode_decided_ms", "f", OF_DDEC), ("chosen", "i", OI_CHOSEN), ("prefill_added_tokens", "i", OI_PADD_T),
+    ("prefill_added_blocks", "i", OI_PADD_B), ("decode_added_tokens", "i", OI_DADD_T),
+    ("decode_added_blocks", "i", OI_DADD_B),
+)  # fmt: skip
 NEV = 4  # ev's fields: due ms, worker, group, length
 NCAND = 2  # cand's fields per worker: tokens, blocks
 # the last dimension of these arrays is the same in every cell: the CPU builds compile it as a

@@ -512,7 +512,7 @@ class Timing:
         )
         if np.any(b < 1) or np.any(u < 0) or np.any(c < 0):
             raise ValueError("batch must be >= 1 and token counts >= 0")
-        if self.profile.kind in ("exponential", "deterministic"):
+        if not self.profile.pass_timed():
             out = np.where(u > 0, self.profile.prefill_ms, 0.0)
         else:
             from poa_mc.kernels.cpu import timing_passes
@@ -529,7 +529,7 @@ class Timing:
         )
         if np.any(b < 1) or np.any(x < 0):
             raise ValueError("batch must be >= 1 and context >= 0")
-        if self.profile.kind in ("exponential", "deterministic"):
+        if not self.profile.pass_timed():
             out = np.full(b.shape, self.profile.decode_ms)
         else:
             from poa_mc.kernels.cpu import timing_steps

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from poa_mc.kernels.layout import POLICY_TABLE
+from poa_mc.kernels.layout import POLICY_TABLE, PROF_POLY, PROFILE_ID
 
 FLOWS = ("prefill_first", "decode_first", "aggregated")
 HANDOVERS = ("mocker", "vllm")
@@ -207,8 +207,12 @@ class ProfileSpec:
     table: str = ""
     table_sha: str = ""
 
+    def pass_timed(self) -> bool:
+        """Priced per pass and step (the polynomial, a table), not a theory kind's service times."""
+        return PROFILE_ID[self.kind] == PROF_POLY
+
     def validate(self, path: str = "profile") -> None:
-        if self.kind not in ("polynomial", "exponential", "deterministic", "aic"):
+        if self.kind not in PROFILE_ID:
             raise SpecError(f"{path}.kind", f"unknown profile kind {self.kind!r}")
         if self.kind == "polynomial":
             # The closed-form decode jump needs the quadratic itself (not the d_min clamp) on [0, 1].

@@ -41,7 +41,7 @@ def prefill_ms_cost(tokens: np.ndarray, profile: ProfileSpec, isl: np.ndarray | 
     at = _bad_entry(t, False)
     if at is not None:  # the profile's pass would price NaN tokens as no pass at all (0 ms)
         raise ValueError(f"prefill_ms_cost: tokens at {at} is {t[at]}; token counts must be finite")
-    if profile.kind in ("polynomial", "aic"):
+    if profile.pass_timed():
         return np.asarray(prefill_ms(profile, t), dtype=np.float64)
     if isl is None:
         raise ValueError("theory profiles need the request's isl to count requests ahead")

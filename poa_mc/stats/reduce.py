@@ -23,7 +23,7 @@ from poa_mc.io.files import atomic_write_parquet
 from poa_mc.io.store import RunDir, RunDirError
 from poa_mc.model.spec import REGIMES, CellSpec, budget_splits
 from poa_mc.model.spec_json import spec_from_json
-from poa_mc.stats import sketch
+from poa_mc.stats import columns, sketch
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
 from poa_mc.stats.counterfactual import SOCIAL_COSTS, counterfactual_poa, social_cost_per_replica
 from poa_mc.stats.games import cache_game_frame, pd_game_frame, planner_frame, planner_moves_frame, planner_runs
@@ -274,21 +274,6 @@ def samples_to_columns(df: pl.DataFrame) -> dict[str, np.ndarray]:
     return cols
 
 
-_ID_COLUMNS = [
-    "cell_id",
-    "index",
-    "point",
-    "topology",
-    "n_prefill",
-    "n_decode",
-    "load_axis",
-    "concurrency",
-    "rate",
-    "policy",
-    "policy_kind",
-]
-
-
 def reduce_run(
     root: str | Path,
     *,
@@ -460,21 +445,10 @@ def _knees(cells: pl.DataFrame, stats: dict[str, CellStats], seed: int, n_boot: 
 
 
 def _summary_frame(cells: pl.DataFrame, stats: dict[str, CellStats], knees: dict[str, dict[str, Any]]) -> pl.DataFrame:
-    if not stats:
-        return cells.select(_ID_COLUMNS).clear()
-    body = pl.DataFrame([{**s.row, **knees.get(i, {})} for i, s in stats.items()], infer_schema_length=None)
-    body = body.with_columns(
-        pl.col(c).cast(pl.Float64)
-        for c in body.columns
-        if c
-        not in (
-            "cell_id", "replicas", "requests", "poa_hat_windows", "poa_stage", "poa_candidates", "regime",
-            "replicas_identical", "warmup_suggested",
-        )
-    )  # fmt: skip
-    if "warmup_suggested" in body.columns:
-        body = body.with_columns(pl.col("warmup_suggested").cast(pl.Int64))
-    return cells.select(_ID_COLUMNS).join(body, on="cell_id", how="inner").sort("index")
+    rows = [{**s.row, **knees.get(i, {})} for i, s in stats.items()]
+    body = columns.frame(rows, columns.IDENTITY[:1] + columns.SUMMARY_FIGURES, "summary.parquet")
+    ids = [c.name for c in columns.IDENTITY]
+    return cells.select(ids).join(body, on="cell_id", how="inner").sort("index")
 
 
 def _poa_frame(
@@ -523,35 +497,7 @@ def _poa_frame(
                 **kn,
             }
         )
-    schema = {
-        "point": pl.Int64,
-        "topology": pl.String,
-        "n_prefill": pl.Int64,
-        "n_decode": pl.Int64,
-        "load_axis": pl.String,
-        "concurrency": pl.Int64,
-        "rate": pl.Float64,
-        "selfish_policy": pl.String,
-        "social_cost_kind": pl.String,
-        "poa_stage": pl.String,
-        "poa_cost": pl.String,
-        "poa_pricing": pl.String,
-        "poa_hat": pl.Float64,
-        "poa_hat_lo": pl.Float64,
-        "poa_hat_hi": pl.Float64,
-        "poa_cf": pl.Float64,
-        "poa_cf_lo": pl.Float64,
-        "poa_cf_hi": pl.Float64,
-        "best_policy": pl.String,
-        "social_cost_selfish": pl.Float64,
-        "social_cost_best": pl.Float64,
-        "policies": pl.Int64,
-        "regime": pl.String,
-        "knee": pl.Float64,
-        "knee_lo": pl.Float64,
-        "knee_hi": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema)
+    return columns.frame(rows, columns.POA, "poa.parquet")
 
 
 def _how_different(meta: dict, manifest: dict) -> str:
