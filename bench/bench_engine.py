@@ -25,7 +25,10 @@ from pathlib import Path
 
 try:
     from poa_mc.engine.engine import simulate
-    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
+    from poa_mc.model.spec_policy import PolicySpec
+    from poa_mc.model.spec_workload import Dist, WorkloadSpec
 except ImportError:  # a commit before the layers (bench/at_commit.py, bench/ab_paired.sh)
     from poa_mc.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import reference_cell  # noqa: E402
 
-from poa_mc.engine import engine  # noqa: E402
+from poa_mc.engine import memory, packing, results  # noqa: E402
 from poa_mc.kernels import cpu, threads  # noqa: E402
 from poa_mc.kernels import layout as L  # noqa: E402
 from poa_mc.stats import poa_plan, sketch  # noqa: E402
@@ -44,17 +44,17 @@ def main() -> int:
     a = ap.parse_args()
     spec = reference_cell(1, 5, 64)
     spec_d, poa = spec, {"window": 8}
-    ip, fp, tabs = engine.pack_params(spec, requests=a.requests, warmup=200, seed=1, stream=0, record_candidates=True)
+    ip, fp, tabs = packing.pack_params(spec, requests=a.requests, warmup=200, seed=1, stream=0, record_candidates=True)
     entries, fp[L.F_POA_OMEGA], step = poa_plan.kernel_params(poa_plan.plan(spec_d, poa), spec_d, a.requests)
     for j, v in entries.items():
         ip[j] = v
-    shapes = engine._shapes(ip, fp, int(ip[L.P_NP] + ip[L.P_ND]), a.requests, True)
+    shapes = memory._shapes(ip, fp, int(ip[L.P_NP] + ip[L.P_ND]), a.requests, True)
     out, _ = cpu.run_batch(ip, fp, tabs, sketch.EDGES, shapes, a.replicas, parallel=False, step=step)
     nf, ni = cpu.poa_scratch(ip)
     f, g = np.empty(nf), np.empty(ni, dtype=np.int64)
     rows = (out["out_f"], out["out_i"], out["cand"], out["poa"])
     kernels = best(lambda: cpu._run_poa(0, a.replicas, ip, fp, step, *rows, f, g))
-    cols = engine._batch_columns(out, ip, spec, True)
+    cols = results._batch_columns(out, ip, spec, True)
     cols = {k: np.ascontiguousarray(v) for k, v in cols.items()}
     host = best(lambda: poa_hat_sums(cols, spec_d, poa))
     actual, opt, _ = poa_hat_sums(cols, spec_d, poa)

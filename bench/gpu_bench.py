@@ -21,7 +21,9 @@ import time
 
 from bench_engine import reference_cell
 
-from poa_mc.engine.engine import _shapes, bytes_per_replica, pack_params, simulate
+from poa_mc.engine.engine import simulate
+from poa_mc.engine.memory import _shapes, bytes_per_replica
+from poa_mc.engine.packing import pack_params
 from poa_mc.kernels import cuda as kc
 
 

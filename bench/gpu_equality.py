@@ -24,7 +24,11 @@ import numpy as np
 
 from poa_mc.engine.engine import simulate
 from poa_mc.model.profiles import resolve_profile
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 warnings.filterwarnings("ignore")
 

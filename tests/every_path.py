@@ -9,16 +9,11 @@ from __future__ import annotations
 
 from poa_mc.model.config import loads_grid
 from poa_mc.model.profiles import resolve_profile
-from poa_mc.model.spec import (
-    CellSpec,
-    ClientSpec,
-    ClusterSpec,
-    ControllerSpec,
-    Dist,
-    PlannerSpec,
-    PolicySpec,
-    WorkloadSpec,
-)
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_planner import PlannerSpec
+from poa_mc.model.spec_policy import ControllerSpec, PolicySpec
+from poa_mc.model.spec_workload import ClientSpec, Dist, WorkloadSpec
 
 # (flow, policy, event delay, decode kv blocks, temperature, transfer ms, osl): the decode kv
 # blocks of 30 and 60 put decode workers under KV pressure (preemption), the temperature samples

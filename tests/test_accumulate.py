@@ -5,10 +5,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from poa_mc.engine import engine
+from poa_mc.engine import engine, memory
 from poa_mc.io.store import RunDirError
 from poa_mc.model.config import loads_grid
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 from poa_mc.run.runner import run_grid
 from poa_mc.stats import sketch
 from poa_mc.stats.accumulate import accumulate, from_frame
@@ -39,8 +42,8 @@ def test_streamed_batches_equal_one_reduction_of_every_sample(monkeypatch):
     whole = engine.simulate(SPEC, **RUN)
     ref = accumulate({**whole.samples, **whole.candidates}, whole.replica, SPEC, POA, SLO)
     # a batch budget of about two replicas: four batches, nothing kept
-    per_rep = engine.memory_plan(SPEC, replicas=1, requests=RUN["requests"], warmup=RUN["warmup"])["state"]
-    monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 3 * per_rep)
+    per_rep = memory.memory_plan(SPEC, replicas=1, requests=RUN["requests"], warmup=RUN["warmup"])["state"]
+    monkeypatch.setattr(memory, "STREAM_BATCH_BYTES", 3 * per_rep)
     streamed = engine.simulate(SPEC, **RUN, keep=0, reduce=_reducer(SPEC))
     assert streamed.batches >= 3
     assert next(iter(streamed.samples.values())).shape == (RUN["replicas"], 0)

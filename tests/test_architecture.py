@@ -77,7 +77,7 @@ _TOY_POLICY = """
 import numpy as np
 from poa_mc.engine.engine import simulate
 from poa_mc.model.config import loads_grid
-from poa_mc.model.spec import POLICY_KINDS
+from poa_mc.model.spec_policy import POLICY_KINDS
 
 assert "first" in POLICY_KINDS
 grid = loads_grid('''

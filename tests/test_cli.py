@@ -262,19 +262,27 @@ def test_resume_runs_only_the_new_cells_of_a_grown_grid(grid_file, tmp_path, fak
 
 
 def test_validate_meets_the_out_directory_as_run_would(grid_file, tmp_path, fake):
+    """validate --out DIR refuses what `run --out DIR` would (exit 2, naming what differs); without
+    --out, a valid grid whose [run].out holds another run is valid, with a note."""
     out = tmp_path / "out"
     assert invoke("run", "--grid", grid_file, "--out", out, "-q").exit_code == 0
     files = sorted(p for p in out.rglob("*"))
-    r = invoke("validate", grid_file, "--set", f"run.out={out}")
+    r = invoke("validate", grid_file, "--out", out)
     assert r.exit_code == 0 and "note:" not in r.output  # the same run: run would reuse it
-    r = invoke("validate", grid_file, "--set", f"run.out={out}", "--seed", "8")
+    r = invoke("validate", grid_file, "--out", out, "--seed", "8")
     assert r.exit_code == 2 and f"--out {out}" in r.output and "holds a different run" in r.output
-    r = invoke("validate", grid_file, "--set", f"run.out={out}", "--set", "grid.concurrency=[4, 32, 64]")
+    assert "ok:" not in r.output
+    r = invoke("validate", grid_file, "--out", out, "--warmup", "9")
+    assert r.exit_code == 2 and "run.warmup 8 there, 9 here" in r.output, r.output  # named, not "loads"
+    r = invoke("validate", grid_file, "--set", f"run.out={out}", "--seed", "8")
+    assert r.exit_code == 0 and "ok:" in r.output and "note: `run` would refuse" in r.output
+    assert "holds a different run" in r.output
+    r = invoke("validate", grid_file, "--out", out, "--set", "grid.concurrency=[4, 32, 64]")
     assert r.exit_code == 0 and "note:" in r.output and "--resume" in r.output  # a grown grid
     stray = tmp_path / "stray"
     stray.mkdir()
     (stray / "notes.txt").write_text("mine")
-    r = invoke("validate", grid_file, "--set", f"run.out={stray}")
+    r = invoke("validate", grid_file, "--out", stray)
     assert r.exit_code == 2 and "holds no manifest.json" in r.output
     assert sorted(p for p in out.rglob("*")) == files  # validate wrote nothing
 
@@ -379,7 +387,7 @@ def test_usage_errors_are_one_line_with_exit_2(args, says):
 def test_validate_refuses_an_out_it_could_not_write(grid_file, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
-    r = invoke("validate", grid_file, "--set", f'run.out="{afile / "sub"}"')
+    r = invoke("validate", grid_file, "--out", afile / "sub")
     assert r.exit_code == 2 and "is a file, not a directory" in r.output
 
 

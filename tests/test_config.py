@@ -2,7 +2,7 @@ import pytest
 
 from poa_mc.model.config import load_grid, loads_grid
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import Dist
+from poa_mc.model.spec_workload import Dist
 from tests.grids_for_tests import SMALL
 
 

@@ -116,3 +116,23 @@ def test_summary_notes_name_a_short_warmup_and_identical_replicas():
         pl.lit(None, dtype=pl.Int64).alias("warmup_suggested"), pl.lit(False).alias("replicas_identical")
     )
     assert summary_notes(quiet, 100) == []
+
+
+def test_best_policy_lines_name_both_winners_and_warn_on_a_decode_slowing_win():
+    from poa_mc.run.console import best_policy_lines
+
+    poa = pl.DataFrame(
+        {
+            "topology": ["2P/8D", "2P/8D"], "load_axis": ["concurrency"] * 2, "concurrency": [40, 160],
+            "rate": [None, None], "selfish_policy": ["kv", "kv"],
+            "poa_cf_ttft": [1.0, 1.20], "poa_cf_ttft_lo": [1.0, 1.17], "poa_cf_ttft_hi": [1.01, 1.23],
+            "best_policy_ttft": ["kv", "kv-t1"],
+            "poa_cf_e2e": [1.0, 1.001], "poa_cf_e2e_lo": [1.0, 1.0], "poa_cf_e2e_hi": [1.01, 1.01],
+            "best_policy_e2e": ["kv", "kv"], "ttft_win_slows_decode": [False, True],
+        }
+    )  # fmt: skip
+    lines = best_policy_lines(poa)
+    assert lines[0].startswith("2P/8D C=40: best on TTFT: kv")
+    assert "best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv" in lines[1]
+    assert len(lines) == 3 and lines[2].startswith("warning: at 2P/8D C=160, kv-t1 beats kv on TTFT only by")
+    assert best_policy_lines(poa.with_columns(pl.lit(False).alias("ttft_win_slows_decode")))[-1].startswith("2P/8D")

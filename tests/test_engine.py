@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from poa_mc.engine.engine import EngineError, pack_params, simulate
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.engine.engine import EngineError, simulate
+from poa_mc.engine.packing import pack_params
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 
 def cell(flow="prefill_first", n_p=1, n_d=2, policy="kv", **wl) -> CellSpec:
@@ -96,11 +102,11 @@ def test_batches_reduce_one_at_a_time_in_order_beside_the_next_and_errors_surfac
     time, batches in replica order, each reduction's result kept, and its error raised."""
     import threading
 
-    from poa_mc.engine import engine
+    from poa_mc.engine import memory
 
     spec = cell("prefill_first", n_p=1, n_d=2)
     whole = simulate(spec, **RUN)
-    monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 1)  # one replica per batch
+    monkeypatch.setattr(memory, "STREAM_BATCH_BYTES", 1)  # one replica per batch
     running, seen, lock = [0], [], threading.Lock()
 
     def reduce(cols, rep, logs):
@@ -133,11 +139,11 @@ def test_overlap_leaves_the_last_reduction_running(monkeypatch):
     and raises its error), and a later call's first reduction starts only after `after` ended."""
     import threading
 
-    from poa_mc.engine import engine
+    from poa_mc.engine import memory
 
     spec = cell("prefill_first", n_p=1, n_d=2)
     whole = simulate(spec, **RUN)
-    monkeypatch.setattr(engine, "STREAM_BATCH_BYTES", 1)  # one replica per batch
+    monkeypatch.setattr(memory, "STREAM_BATCH_BYTES", 1)  # one replica per batch
     gate, order = threading.Event(), []
 
     def held(cols, rep, logs):  # the first call's reductions: the last one waits for the gate
@@ -253,7 +259,7 @@ def test_global_cache_pools_the_prefill_workers_blocks():
 
 
 def _planner_cell(n_p, n_d, *, ttft_ms=1e9, itl_ms=1e9, interval_ms=2000.0, startup_ms=0.0):
-    from poa_mc.model.spec import PlannerSpec
+    from poa_mc.model.spec_planner import PlannerSpec
 
     spec = cell(
         n_p=n_p, n_d=n_d, concurrency=24, isl=Dist("uniform", low=256, high=3000), osl=Dist("uniform", low=8, high=96)
@@ -501,7 +507,7 @@ def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkey
     """Without an NVIDIA device file (Linux) `auto` is the CPU without importing numba.cuda (75-155
     ms of a run's start); where one exists, or under CUDA's simulator, numba.cuda is asked."""
     code = (
-        "import sys; from poa_mc.engine.engine import resolve_backend as r; "
+        "import sys; from poa_mc.engine.backend import resolve_backend as r; "
         "print(r('auto'), 'numba.cuda' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -511,16 +517,16 @@ def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkey
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["cpu", "False"]
     import poa_mc.kernels as kernels
-    from poa_mc.engine import engine
+    from poa_mc.engine import backend
 
     asked = []
     monkeypatch.setattr(kernels, "cuda_available", lambda: asked.append(1) or True)
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     monkeypatch.setattr(os.path, "exists", lambda p: p == "/dev/nvidiactl")
-    assert engine.resolve_backend("auto") == "cuda" and asked == [1]
+    assert backend.resolve_backend("auto") == "cuda" and asked == [1]
     monkeypatch.setattr(os.path, "exists", lambda p: False)
-    assert engine.cuda_available() is (not sys.platform.startswith("linux")) and len(asked) == 1 + (
+    assert backend.cuda_available() is (not sys.platform.startswith("linux")) and len(asked) == 1 + (
         not sys.platform.startswith("linux")
     )
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    assert engine.cuda_available() is True
+    assert backend.cuda_available() is True

@@ -13,7 +13,11 @@ from poa_mc.engine.engine import EngineError, simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NRI, NWI, RI_DECIDE, WI_AB
 from poa_mc.model.profiles import resolve_profile
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 DET = ProfileSpec(name="det", kind="deterministic", prefill_ms=10.0, decode_ms=1.0)
 

@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 from scipy.optimize import linear_sum_assignment
 
-from poa_mc.model.spec import ProfileSpec
 from poa_mc.model.spec_json import spec_from_dict
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.stats import assignment, intervals, poa_hat
 from poa_mc.stats.assignment import window_opt
 from poa_mc.stats.counterfactual import counterfactual_poa, social_cost_per_replica
@@ -776,7 +776,7 @@ def test_counterfactual_poa_covers_and_detects_one_clear_best():
 def test_social_costs():
     import dataclasses
 
-    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
     from poa_mc.stats.accumulate import accumulate
 
     ttft = np.array([[1.0, 3.0], [2.0, 2.0]])

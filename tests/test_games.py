@@ -321,7 +321,10 @@ def test_poa_kv_is_one_when_every_worker_caches_the_whole_working_set():
     # blocks and a long warm-up every worker holds every group before anything is measured, so
     # the selfish caches hit exactly what the pooled one does and PoA_KV's interval covers 1
     from poa_mc.engine.engine import simulate
-    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
+    from poa_mc.model.spec_policy import PolicySpec
+    from poa_mc.model.spec_workload import Dist, WorkloadSpec
     from poa_mc.stats.counterfactual import ratio_to_best
 
     def cell(cache: str) -> CellSpec:

@@ -64,7 +64,7 @@ def test_parse_shard():
 
 
 def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
-    from poa_mc.engine.engine import check_memory
+    from poa_mc.engine.memory import check_memory
     from poa_mc.model.config import loads_grid
     from poa_mc.model.sections import ConfigError
     from tests.grids_for_tests import SMALL
@@ -92,7 +92,7 @@ def test_check_memory_refuses_what_cannot_fit_and_names_the_key():
 
 
 def test_check_memory_names_what_makes_a_replica_big():
-    from poa_mc.engine.engine import check_memory
+    from poa_mc.engine.memory import check_memory
     from poa_mc.model.config import loads_grid
     from poa_mc.model.sections import ConfigError
     from tests.grids_for_tests import SMALL

@@ -8,7 +8,11 @@ import pytest
 from poa_mc.engine.engine import simulate
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NP_I, NRF, NSI, NWI, P_B, P_BATCH_N, P_ND, P_NP, P_Q, SI_ISL, WI_AB, WI_QN
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 B = cpu._K.batch
 BS = 64

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from poa_mc.engine.engine import pack_params
+from poa_mc.engine.packing import pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NP_I, P_B, P_BSHIFT
-from poa_mc.model.spec import CellSpec, ClusterSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
 
 K = cpu._K.blocks
 

@@ -12,7 +12,12 @@ import pytest
 from poa_mc.engine.engine import simulate
 from poa_mc.model.config import loads_grid
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import CellSpec, ClientSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import ClientSpec, Dist, WorkloadSpec
 
 
 def _cell(client: ClientSpec | None, concurrency: int = 4, **wl) -> CellSpec:

@@ -30,7 +30,10 @@ from poa_mc.kernels.layout import (
     RI_REGIME,
     RI_SWITCHES,
 )
-from poa_mc.model.spec import CellSpec, ClusterSpec, ControllerSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import ControllerSpec, PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 C = cpu._K.controller
 WIN, LOG = 8, 4

@@ -8,9 +8,13 @@ import textwrap
 
 import numpy as np
 
-from poa_mc.engine.engine import pack_params, simulate
+from poa_mc.engine.engine import simulate
+from poa_mc.engine.packing import pack_params
 from poa_mc.kernels import cpu
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 WL = WorkloadSpec(
     isl=Dist("fixed", 1024), osl=Dist("fixed", 16), prefix_groups=60, popularity="zipf", prefix_ratio=0.5,

@@ -14,7 +14,12 @@ import pytest
 from poa_mc.engine.engine import simulate
 from poa_mc.model.config import loads_grid
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 
 def _cell(handover: str, clients: int, osl: int, max_seqs: int = 256) -> CellSpec:

@@ -25,7 +25,12 @@ from poa_mc.kernels.layout import (
     SF_XFER,
     SI_LINK,
 )  # fmt: skip
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, ProfileSpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 K = cpu._K.links
 

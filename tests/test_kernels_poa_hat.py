@@ -102,7 +102,10 @@ def test_pairwise_sums_are_numpys_row_sums_to_the_bit(n):
 
 
 def _cell(flow="prefill_first", n_p=1, n_d=3, concurrency=24, **policy):
-    from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+    from poa_mc.model.spec import CellSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
+    from poa_mc.model.spec_policy import PolicySpec
+    from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
     return CellSpec(
         cluster=ClusterSpec(n_prefill=n_p, n_decode=n_d, flow=flow),
@@ -116,7 +119,7 @@ def _client_cell():
     """A pool of 16 connections for 24 clients, 0.5 ms away: TTFT as the client sees it."""
     import dataclasses
 
-    from poa_mc.model.spec import ClientSpec
+    from poa_mc.model.spec_workload import ClientSpec
 
     spec = _cell()
     client = ClientSpec(max_connections=16, overhead_ms=0.5)

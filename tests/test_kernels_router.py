@@ -6,10 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poa_mc.engine.engine import _shapes, pack_params
+from poa_mc.engine.memory import _shapes
+from poa_mc.engine.packing import pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels.layout import NSI, NWI, RI_STATUS, SI_ABP, WI_AB, WI_RG
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 from poa_mc.stats.sketch import EDGES
 
 R = cpu._K.router

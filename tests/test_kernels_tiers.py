@@ -38,7 +38,11 @@ from poa_mc.kernels.layout import (
     WI_LINEAGE,
     WI_USED,
 )
-from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, SpecError, WorkloadSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import Dist, WorkloadSpec
 
 K = cpu._K
 G = 4

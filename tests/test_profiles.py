@@ -7,7 +7,8 @@ import pytest
 
 from poa_mc.model import profiles
 from poa_mc.model.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
-from poa_mc.model.spec import ProfileSpec, SpecError
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_profile import ProfileSpec
 
 KV_BLOCKS, BLOCK = 16384, 64
 ROOFLINE_NAMES = [n for n in BUILTIN_PROFILES if n.startswith("roofline-")]

@@ -162,7 +162,10 @@ def _decode_stage_frame(decided: list[float], blocks: list[list[float]], chosen:
 
 def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
 
-    from poa_mc.model.spec import CellSpec, ClusterSpec, PolicySpec, ProfileSpec
+    from poa_mc.model.spec import CellSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
+    from poa_mc.model.spec_policy import PolicySpec
+    from poa_mc.model.spec_profile import ProfileSpec
     from poa_mc.stats.accumulate import poa_hat_sums
     from poa_mc.stats.reduce import samples_to_columns
 
@@ -184,7 +187,7 @@ def test_poa_hat_over_the_decode_decision_follows_the_decision_order():
 def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     import dataclasses
 
-    from poa_mc.model.spec import ClusterSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
     from poa_mc.stats import sketch
     from poa_mc.stats.accumulate import accumulate
     from poa_mc.stats.reduce import _slo_stats, _worker_stats
@@ -251,7 +254,8 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
     """docs/outputs.md: hit_rate_g1 ... g4 split hit_rate by the tier the blocks came from (G1 is
     what the lower tiers did not serve) and sum to it; onboard_ms_mean is the mean copy wait."""
 
-    from poa_mc.model.spec import CellSpec, ClusterSpec
+    from poa_mc.model.spec import CellSpec
+    from poa_mc.model.spec_cluster import ClusterSpec
     from poa_mc.stats.accumulate import accumulate
     from poa_mc.stats.reduce import cell_stats
 
@@ -349,3 +353,51 @@ def test_identical_replicas_are_flagged_and_their_shares_keep_a_width():
     assert not _identical(acc)
     met = proportion_interval(np.full(4, 100.0), np.full(4, 100.0))
     assert met.value == 1.0 and met.hi == 1.0 and 0.95 < met.lo < 1.0
+
+
+def test_a_ttft_win_bought_with_a_slower_decode_is_flagged():
+    """poa.parquet's ttft_win_slows_decode: the best-TTFT policy beats the selfish one clearly, has
+    the higher ITL and no lower E2E (the closed-loop effect, docs/outputs.md): flagged. The same
+    TTFT win with a clearly lower E2E, or with a lower ITL, is a real win: not flagged."""
+    from poa_mc.stats.counterfactual import counterfactual_poa
+    from poa_mc.stats.reduce import CellStats, _wins_by_slowing_decode
+
+    rng = np.random.default_rng(5)
+    noise = rng.normal(0.0, 5.0, 32)
+    ttft = {"kv": 1100.0 + noise, "kv-t1": 930.0 + noise}
+
+    def stats(e2e_t1: float, itl_t1: float) -> dict:
+        e2e = {"kv": 4004.0 + noise, "kv-t1": e2e_t1 + noise + rng.normal(0.0, 1.0, 32)}
+        itl = {"kv": 9.67, "kv-t1": itl_t1}
+        return {p: CellStats({"itl_mean_ms": itl[p]}, {"mean_ttft": ttft[p], "mean_e2e": e2e[p]}) for p in ttft}
+
+    win = counterfactual_poa(ttft, "kv")
+    assert win.best_policy == "kv-t1" and win.lo > 1.0
+    ids = {"kv": "kv", "kv-t1": "kv-t1"}
+    assert _wins_by_slowing_decode(stats(4010.0, 10.31), ids, "kv", win)
+    assert not _wins_by_slowing_decode(stats(3500.0, 10.31), ids, "kv", win)  # E2E clearly lower too
+    assert not _wins_by_slowing_decode(stats(4010.0, 9.0), ids, "kv", win)  # decode not slower
+    tie = counterfactual_poa({"kv": ttft["kv"], "kv-t1": ttft["kv"] + 0.1 * noise}, "kv")
+    assert not _wins_by_slowing_decode(stats(4010.0, 10.31), ids, "kv", tie)  # no clear TTFT win
+
+
+def test_the_knee_comes_with_the_load_points_either_side_and_a_reason():
+    """summary.parquet's knee_grid_lo/hi bracket the knee by the grid's own load points (the interval
+    does not know the curve between them), and knee_reason says why a curve has no knee."""
+    from poa_mc.stats.reduce import CellStats, _knees
+
+    loads = [10, 40, 80, 120, 160, 200, 240]
+    rng = np.random.default_rng(3)
+    rows, stats = [], {}
+    for j, c in enumerate(loads):
+        cid = f"c{j}"
+        rows.append({"cell_id": cid, "index": j, "topology": "2P/8D", "policy": "kv", "load_axis": "concurrency",
+                     "concurrency": c})  # fmt: skip
+        ttft = max(100.0, 100.0 * c / 100.0) * np.exp(rng.normal(0.0, 0.01, 32))  # a hinge at C = 100
+        stats[cid] = CellStats({}, {"mean_ttft": ttft})
+    out = _knees(pl.DataFrame(rows), stats, seed=1, n_boot=200)
+    k = out["c0"]
+    assert 80 < k["knee"] < 120 and (k["knee_grid_lo"], k["knee_grid_hi"]) == (80.0, 120.0), k
+    assert k["knee_reason"]
+    few = _knees(pl.DataFrame(rows[:3]), {r["cell_id"]: stats[r["cell_id"]] for r in rows[:3]}, seed=1, n_boot=200)
+    assert few["c0"]["knee_grid_lo"] is None and few["c0"]["knee_reason"].startswith("too few load points")

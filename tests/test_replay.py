@@ -12,7 +12,8 @@ from poa_mc.engine.engine import simulate
 from poa_mc.model.config import loads_grid
 from poa_mc.model.replay import build_table, chains
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import PolicySpec, SpecError
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
 from poa_mc.model.traces import load_trace, sample_path
 
 AGENTIC = sample_path("agentic_sample")

@@ -4,11 +4,13 @@ every built-in profile; a profile whose step polynomial would need the d_min cla
 import numpy as np
 import pytest
 
-from poa_mc.engine.engine import pack_params
+from poa_mc.engine.packing import pack_params
 from poa_mc.kernels import cpu
 from poa_mc.kernels import layout as L
 from poa_mc.model.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
-from poa_mc.model.spec import CellSpec, ProfileSpec, SpecError
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_profile import ProfileSpec
 
 K = cpu._K
 

@@ -8,7 +8,7 @@ import pytest
 
 from poa_mc.kernels import cpu
 from poa_mc.model.profiles import load, pack_profile, resolve_profile
-from poa_mc.model.spec import SpecError
+from poa_mc.model.spec_error import SpecError
 from poa_mc.model.timing_tables import MONOTONE_AXES, builtin_tables, lower_envelope, parse
 from tests.test_kernels_timing import _multilinear_doc
 
@@ -116,7 +116,7 @@ def test_a_run_reduced_in_another_process_finds_its_table_again(monkeypatch):
     resolved the profile: the table is loaded again by its name and checked by its digest."""
     from poa_mc.model import timing_tables
     from poa_mc.model.profiles import pack_profile, resolve_profile
-    from poa_mc.model.spec import SpecError
+    from poa_mc.model.spec_error import SpecError
 
     spec = resolve_profile({"name": "aic-b200-llama70b-fp8-tp4-vllm"})
     want = pack_profile(spec)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from poa_mc.cli.main import main
 from poa_mc.model.config import loads_grid
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import SpecError
+from poa_mc.model.spec_error import SpecError
 from poa_mc.model.traces import load_azure, load_burstgpt, load_mooncake, load_trace, sample_path
 from tests.grids_for_tests import SMALL
 

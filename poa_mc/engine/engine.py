@@ -66,53 +66,42 @@ then count among the most workers of either pool any split has.
 from __future__ import annotations
 
 import logging
-import math
-import os
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 
+from poa_mc.engine import memory
+from poa_mc.engine.backend import resolve_backend
+from poa_mc.engine.packing import pack_params
+from poa_mc.engine.results import (
+    _ADDED,
+    _OF,
+    _OI,
+    POA_HAT_FIELDS,
+    SAMPLE_FLOAT_FIELDS,
+    SAMPLE_INT_FIELDS,
+    SimResult,
+    _batch_columns,
+    _batch_logs,
+    _batch_replica,
+    _joined,
+    _scatter_fields,
+    _wanted_rows,
+)
 from poa_mc.kernels import layout as L
-from poa_mc.kernels import poa_hat, tally, threads
-from poa_mc.model.grid import Cell
-from poa_mc.model.profiles import decode_ms, pack_profile, prefill_ms
-from poa_mc.model.replay import table_for
-from poa_mc.model.sections import ConfigError, RunSection
-from poa_mc.model.spec import REGIMES, CellSpec, Dist, SpecError
+from poa_mc.kernels import poa_hat, threads
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_error import SpecError
 from poa_mc.stats import poa_plan, sketch
-from poa_mc.stats.accumulate import ACC_ROW_BYTES
 
 # The target's kernels are imported once the backend is chosen: numba-cuda only where a GPU may be
 # there, and the CPU kernels' dispatchers only when a cell runs.
 
-_FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
-_POLICY = L.POLICY_ID  # `[[policy]] kind` -> the kernels' id (one table: poa_mc/kernels/layout.py)
-_DIST = {"fixed": L.DIST_FIXED, "uniform": L.DIST_UNIFORM, "lognormal": L.DIST_LOGNORMAL, "empirical": L.DIST_EMPIRICAL}
-# an aic profile is pass-timed like the polynomial; fp[F_TAB] tells the kernels to read its table
-_PROF = L.PROFILE_ID  # `[profile] kind` -> the kernels' id (one table: poa_mc/kernels/layout.py)
-
-# the sample columns and the request rows' columns they come from (poa_mc/kernels/layout.py's tables)
-SAMPLE_FLOAT_FIELDS = tuple(n for n, kind, _ in L.REQUEST_FIELDS if kind == "f")
-SAMPLE_INT_FIELDS = tuple(n for n, kind, _ in L.REQUEST_FIELDS if kind == "i")
-_OF = tuple(j for _, kind, j in L.REQUEST_FIELDS if kind == "f")
-_OI = tuple(j for _, kind, j in L.REQUEST_FIELDS if kind == "i")
-_ADDED = {n: j for n, _, j in L.DECISION_FIELDS if "_added_" in n}
-# the per-request fields poa_mc.stats.accumulate.poa_hat_sums reads (besides the candidates): with the
-# kernels' tallies, the only ones a batch's reduction gathers
-POA_HAT_FIELDS = frozenset(
-    {"ttft_ms", "e2e_ms", "arrival_ms", "decode_decided_ms", "isl", "prefill_worker", "decode_worker", *_ADDED}
-)
-
-
 _log = logging.getLogger(__name__)
 
-STREAM_BATCH_BYTES = 192 << 20  # a batch's share of memory when requests are not all kept
 BatchReducer = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
@@ -123,483 +112,6 @@ class EngineError(RuntimeError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
-
-
-@dataclass
-class SimResult:
-    samples: dict[str, np.ndarray]
-    candidates: dict[str, np.ndarray]
-    replica: dict[str, np.ndarray]
-    wall_s: float  # in the kernels, compiling excluded; with `reduce`, beside the previous batch's reduction
-    compile_s: float
-    backend: str
-    device: str
-    batches: int = 1
-    state_bytes_per_replica: int = 0
-    extra: dict = field(default_factory=dict)
-    acc: dict = field(default_factory=dict)  # what `reduce` returned for each replica
-    # simulate(overlap=True): the last batch's reduction, still running, and the parts before it
-    pending: Future | None = None
-    reduced_at: float | None = None  # time.perf_counter() when the last reduction ended
-    _parts: list = field(default_factory=list, repr=False)
-
-    @property
-    def simulated_requests(self) -> int:
-        return int(self.replica["simulated"].sum())
-
-    def reduced(self) -> dict:
-        """`acc`, once the reduction simulate(overlap=True) left running has ended (its error,
-        if it failed, is raised here). Kept samples are complete from then on too."""
-        if self.pending is not None:
-            self._parts.append(self.pending.result())
-            self.acc = _joined(self._parts)
-            self.pending = None
-            self._parts = []
-        return self.acc
-
-
-def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The batches' reductions as one dict of arrays, in replica order (histograms kept as spans
-    over the union of the batches', poa_mc.stats.sketch.join_rows)."""
-    return sketch.join_rows(parts)
-
-
-# worker time integrals from the first measured arrival to the end (poa_mc/kernels/layout.py RF_PBUSY..)
-_INTEGRALS = {
-    "prefill_busy_ms": L.RF_PBUSY,
-    "decode_busy_ms": L.RF_DBUSY,
-    "decode_batch_ms": L.RF_DBATCH,
-    "decode_kv_block_ms": L.RF_DKV,
-    "link_busy_ms": L.RF_LINK,
-}
-
-
-def _dist_params(d: Dist) -> tuple[int, int, int, float, float, np.ndarray]:
-    empty = np.zeros(0)
-    if d.kind == "fixed":
-        return L.DIST_FIXED, d.value, d.value, 0.0, 0.0, empty
-    if d.kind == "uniform":
-        return L.DIST_UNIFORM, d.low, d.high, 0.0, 0.0, empty
-    if d.kind == "lognormal":
-        mu = math.log(d.mean) - 0.5 * d.sigma * d.sigma
-        return L.DIST_LOGNORMAL, 0, d.cap, mu, d.sigma, empty
-    vals = np.asarray(d.values, dtype=np.float64)
-    return L.DIST_EMPIRICAL, 0, len(vals), 0.0, 0.0, vals
-
-
-def zipf_cdf(n: int, alpha: float) -> np.ndarray:
-    q = np.arange(1, n + 1, dtype=np.float64) ** (-alpha)
-    c = np.cumsum(q / q.sum())
-    c[-1] = 1.0
-    return c
-
-
-def pool_sizes(spec: CellSpec) -> tuple[int, int]:
-    """The prefill and decode workers the kernels hold: the cluster's, or with a planner the most
-    of each pool any split has (the router then chooses among the active ones)."""
-    c = spec.cluster
-    if spec.planner is not None:
-        path = spec.planner.splits()
-        return max(s[0] for s in path), max(s[1] for s in path)
-    return (0 if c.flow == "aggregated" else c.n_prefill), c.n_decode
-
-
-def n_candidates(spec: CellSpec) -> int:
-    c = spec.cluster
-    return c.n_prefill if c.flow == "prefill_first" else c.n_decode
-
-
-def pack_params(
-    spec: CellSpec,
-    *,
-    requests: int,
-    warmup: int,
-    seed: int,
-    stream: int,
-    record_candidates: bool,
-    naive_decode: bool = False,
-    drain: bool = False,
-    check_blocks: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CellSpec -> (ip, fp, tabs): the integer and float parameters and lookup tables of the kernels."""
-    spec.validate()
-    c, w, p, pol = spec.cluster, spec.workload, spec.profile, spec.policy
-    n_p, n_d = pool_sizes(spec)
-    slots = w.concurrency if w.arrival == "closed" else c.max_inflight
-    nodes = c.nodes()  # with nodes and links, each worker's node after the parameters (poa_mc/kernels/links.py)
-    ip = np.zeros(L.NP_I + len(nodes), dtype=np.int64)
-    fp = pack_profile(p)
-    ip[L.P_NP] = n_p
-    ip[L.P_ND] = n_d
-    pl = spec.planner
-    if pl is not None:
-        path = pl.splits()
-        ip[L.P_PLAN] = 1
-        ip[L.P_PL_G], ip[L.P_PL_GP], ip[L.P_PL_GD] = pl.gpu_budget, pl.prefill_gpus, pl.decode_gpus
-        ip[L.P_PL_I0] = path.index((c.n_prefill, c.n_decode))
-        ip[L.P_PL_LOG] = pl.log_moves
-        fp[L.F_PL_INT], fp[L.F_PL_START] = pl.interval_ms, pl.startup_ms
-        fp[L.F_PL_SLO_T], fp[L.F_PL_SLO_I] = pl.ttft_ms, pl.itl_ms
-    ip[L.P_FLOW] = _FLOW[c.flow]
-    ip[L.P_B] = c.block_size
-    ip[L.P_BSHIFT] = c.block_size.bit_length() if c.block_size & (c.block_size - 1) == 0 else 0
-    ip[L.P_PKV] = c.prefill_kv_blocks
-    if pol.cache == "global":
-        ip[L.P_PSHARE] = 1
-        ip[L.P_PKV] = c.prefill_kv_blocks * n_p  # one LRU over the pool's blocks
-    ip[L.P_DKV] = c.decode_kv_blocks
-    ip[L.P_BUDGET] = c.token_budget
-    ip[L.P_MAXSEQ] = c.max_seqs
-    ip[L.P_MAXLOCAL] = c.max_local_prefill
-    ip[L.P_POLICY] = _POLICY[pol.kind]
-    ip[L.P_D] = pol.d
-    ip[L.P_ARRIVAL] = 0 if w.arrival == "closed" else 1
-    ip[L.P_C] = w.concurrency if w.arrival == "closed" else 0
-    ip[L.P_G] = w.prefix_groups
-    ip[L.P_POP] = 1 if w.popularity == "zipf" else 0
-    ik, ia, ib, imu, isig, itab = _dist_params(w.isl)
-    ok, oa, ob, omu, osig, otab = _dist_params(w.osl)
-    ip[L.P_ISL_KIND], ip[L.P_ISL_A], ip[L.P_ISL_B] = ik, ia, ib
-    ip[L.P_OSL_KIND], ip[L.P_OSL_A], ip[L.P_OSL_B] = ok, oa, ob
-    ip[L.P_N] = requests
-    ip[L.P_WARM] = warmup
-    ip[L.P_S] = slots
-    ip[L.P_Q] = slots
-    ip[L.P_PROF] = _PROF[p.kind]
-    ip[L.P_RECORD] = 1 if record_candidates else 0
-    ip[L.P_K] = n_candidates(spec)
-    ip[L.P_SEED] = seed
-    ip[L.P_STREAM] = stream
-    ip[L.P_NAIVE] = 1 if naive_decode else 0
-    ip[L.P_DADMIT] = L.DADMIT_REPLAY if c.decode_admission == "replay" else L.DADMIT_FCFS
-    ip[L.P_DRAIN] = 1 if drain else 0
-    ip[L.P_RECLAST] = 1 if c.recompute_last_block else 0
-    ip[L.P_DEDUP] = 1 if c.router_blocks == "dynamo" else 0
-    ip[L.P_H] = max(slots, 1)
-    if c.has_tiers():
-        ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks, c.g3_blocks
-        ip[L.P_DECAY] = round(c.tier_decay_ms)
-        for i in range(3):
-            ip[L.P_CR1 + i] = round(1000 * pol.tier_credit[i])
-        fp[L.F_G2_MS] = c.tier_copy_ms(c.g2_gbps)
-        fp[L.F_G3_MS] = c.tier_copy_ms(c.g3_gbps) if c.g3_blocks > 0 else 0.0
-        ip[L.P_G4CAP] = c.g4_blocks
-        ip[L.P_CR4] = round(1000 * pol.tier_credit[3])
-        fp[L.F_G4_MS] = c.tier_copy_ms(c.g4_gbps) if c.g4_blocks > 0 else 0.0
-        if pol.cache == "global":  # the pool's G2 and G3, as its G1: one LRU each over every worker's
-            ip[L.P_G2CAP], ip[L.P_G3CAP] = c.g2_blocks * n_p, c.g3_blocks * n_p
-    ip[L.P_CHECK] = 1 if check_blocks else 0
-    if nodes:
-        ip[L.P_LINKS] = 1
-        ip[L.NP_I :] = nodes
-        fp[L.F_NIC_GBPS] = c.node_nic_gbps
-        fp[L.F_KV_BYTES] = c.kv_bytes_per_token
-    if c.handover == "vllm":
-        ip[L.P_HANDOVER] = L.HANDOVER_VLLM
-        fp[L.F_NIXL_POST] = c.nixl_descriptors_per_block * c.nixl_post_us / 1000.0
-    if w.client is not None:  # the load generator (poa_mc/kernels/client.py)
-        ip[L.P_CLIENT] = 1
-        ip[L.P_CONN] = w.client.max_connections
-        fp[L.F_CL_OVH] = w.client.overhead_ms
-    ip[L.P_LINEAGE] = 1 if c.tier_eviction == "lineage" else 0
-    if pol.kind == "batch":
-        ip[L.P_BATCH_N] = pol.batch_size
-        fp[L.F_BATCH_MS] = pol.batch_ms
-    if pol.kind == "adaptive":
-        ctl = pol.controller
-        ip[L.P_CTL] = 1
-        ip[L.P_CTL_WIN] = ctl.window
-        ip[L.P_CTL_LOG] = ctl.log_switches
-        scale = baseline_ttft_ms(spec) if ctl.threshold_unit == "baseline" else 1.0
-        fp[L.F_CTL_PERIOD] = ctl.period_ms
-        fp[L.F_CTL_ALPHA] = ctl.ewma_alpha
-        fp[L.F_CTL_TH1] = ctl.theta1 * scale
-        fp[L.F_CTL_TH2] = ctl.theta2 * scale
-        fp[L.F_CTL_HYST] = ctl.hysteresis
-        fp[L.F_CTL_DWELL] = ctl.min_dwell_ms
-        for i in range(3):
-            fp[L.F_CTL_TAU + i] = ctl.temperature[i]
-            fp[L.F_CTL_OMEGA + i] = ctl.overlap_weight[i]
-    osl_max = w.osl.max_value()
-    per_req = 8 + (osl_max if naive_decode else 0)
-    ip[L.P_MAXEVENTS] = per_req * (requests + warmup + slots) * 4 + 1_000_000
-    fp[L.F_OMEGA] = pol.overlap_weight
-    fp[L.F_TAU] = pol.temperature
-    fp[L.F_THINK] = w.think_ms
-    fp[L.F_RATE] = w.rate_rps / 1000.0
-    fp[L.F_RATIO] = w.prefix_ratio
-    fp[L.F_ISL_MU], fp[L.F_ISL_SIG] = imu, isig
-    fp[L.F_OSL_MU], fp[L.F_OSL_SIG] = omu, osig
-    if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
-        fp[L.F_XFER_TOK] = c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
-    fp[L.F_XFER_LAT] = c.transfer_latency_ms
-    fp[L.F_EVDELAY] = c.kv_event_delay_ms
-    fp[L.F_DOMEGA] = pol.decode_overlap_weight
-    cdf = zipf_cdf(w.prefix_groups, w.zipf_alpha) if w.popularity == "zipf" else np.zeros(0)
-    table = _replay_table(spec)
-    width = max(1, len(itab), len(otab), len(cdf), len(table) if table is not None else 0)
-    tabs = np.zeros((L.NTB if table is not None else 3, width), dtype=np.float64)
-    tabs[0, : len(itab)] = itab
-    tabs[1, : len(otab)] = otab
-    tabs[2, : len(cdf)] = cdf
-    if table is not None:
-        tr = w.trace
-        ip[L.P_TRACE] = L.TRACE_CLOSED if tr.replay == "closed" else L.TRACE_TIMES
-        ip[L.P_TN], ip[L.P_TS] = len(table), len(table.starts)
-        ip[L.P_TSAMPLE] = 1 if tr.sample == "sessions" else 0
-        if table.groups:
-            # a replay that wraps starts a new pass with fresh groups (poa_mc/kernels/replay.py): enough
-            # passes for every request a replica can start (sessions: at most one per client plus
-            # one per shortest session's turns)
-            turns = np.diff(np.append(table.starts, len(table)))
-            bound = requests + warmup + slots
-            per_pass = len(table) if tr.replay == "timestamps" else len(table.starts)
-            if tr.replay == "closed":
-                bound = slots + -(-(requests + warmup) // int(turns.min()))
-            ip[L.P_TG] = table.groups
-            ip[L.P_G] = table.groups * (-(-bound // per_pass) + 1)
-        if tr.replay == "timestamps":
-            fp[L.F_TPERIOD] = table.period_ms
-            fp[L.F_TSCALE] = table.rate_rps / w.rate_rps  # 1 / speedup: the grid's rate is the target
-        n = len(table)
-        tabs[L.TB_ISL, :n], tabs[L.TB_OSL, :n] = table.isl, table.osl
-        tabs[L.TB_GRP, :n], tabs[L.TB_PFX, :n] = table.group, table.pfx
-        tabs[L.TB_TIME, :n], tabs[L.TB_DELAY, :n], tabs[L.TB_NEXT, :n] = table.time_ms, table.delay_ms, table.next_row
-        tabs[L.TB_START, : len(table.starts)] = table.starts
-    if nodes:  # the links' clocks follow the other regions of rep_f
-        ip[L.P_LINK_F] = _rep_f_base(ip)
-    return ip, fp, tabs
-
-
-def _rep_f_base(ip: np.ndarray) -> int:
-    """rep_f's length before the links' clocks: its fields, the controller's ring and log, the batch
-    router's scratch or the planner's log (poa_mc/kernels/layout.py)."""
-    return L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * int(ip[L.P_CTL_LOG]) + _batch_scratch(ip) + 3 * int(ip[L.P_PL_LOG])
-
-
-def kernel_build(spec: CellSpec, backend: str) -> str:
-    """The compiled build a cell runs on (its on-disk cache's name): on the CPU, cells without lower
-    KV tiers or a replayed trace run the lean build (poa_mc/kernels/source.py), as kernels.cpu.lean decides
-    from the packed parameters."""
-    if backend != "cpu":
-        return backend
-    return "cpu" if spec.cluster.has_tiers() or spec.workload.trace is not None else "cpu-lean"
-
-
-def _replay_table(spec: CellSpec):
-    """The replayed trace's table at this cluster's block size (poa_mc.model.replay), or None."""
-    tr = spec.workload.trace
-    if tr is None:
-        return None
-
-    return table_for(
-        tr.path, tr.format, tr.sha256, replay=tr.replay, block_size=spec.cluster.block_size,
-        trace_block_size=tr.trace_block_size,
-    )  # fmt: skip
-
-
-def baseline_ttft_ms(spec: CellSpec) -> float:
-    """TTFT of a lone request on an idle cluster (mean prompt, its shared prefix cached, the last
-    block recomputed as the cluster says): one prefill pass with its host time, the KV transfer,
-    one decode step at an empty cache. The unit of `threshold_unit = "baseline"`."""
-
-    c, w, p = spec.cluster, spec.workload, spec.profile
-    d = w.isl
-    isl = {"fixed": d.value, "uniform": (d.low + d.high) / 2, "lognormal": d.mean}.get(
-        d.kind, sum(d.values) / max(len(d.values), 1)
-    )
-    bs = c.block_size
-    hit = math.floor(w.prefix_ratio * isl) // bs
-    if c.recompute_last_block:
-        hit = min(hit, max(math.ceil(isl) - 1, 0) // bs)
-    uncached = max(isl - hit * bs, 0.0)
-    prefill = prefill_ms(p, uncached) + p.prefill_host_pass_ms + p.prefill_host_request_ms
-    xfer = c.transfer_latency_ms
-    if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0 and c.flow != "aggregated":
-        xfer += uncached * c.kv_bytes_per_token / (c.transfer_gbps * 1e9) * 1e3
-    return float(prefill + xfer + decode_ms(p, 0.0, c.decode_kv_blocks, bs))
-
-
-RING_MAX = 1024
-
-
-def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
-    """Rows of the released-run ring per worker (poa_mc/kernels/cache.py). With fixed lengths every run
-    a request leaves is known, and the ring holds as many as the worker's blocks (or its G2's) can
-    (plus the few a preemption leaves); otherwise RING_MAX. A full ring merges its two oldest runs, which a
-    replica counts as `ring_merges`."""
-    if ip[L.P_ISL_KIND] != L.DIST_FIXED or ip[L.P_OSL_KIND] != L.DIST_FIXED:
-        return RING_MAX
-    bs = int(ip[L.P_B])
-    isl, osl = int(ip[L.P_ISL_A]), int(ip[L.P_OSL_A])
-    pfx = math.floor(fp[L.F_RATIO] * isl) // bs
-    runs = [n for n in (isl // bs - pfx, (isl + osl - 1) // bs - pfx) if n > 0]
-    kv = max(int(ip[L.P_PKV]), int(ip[L.P_DKV]), int(ip[L.P_G2CAP]))  # G2's ring of runs has as many rows
-    return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)
-
-
-def _batch_scratch(ip: np.ndarray) -> int:
-    """Floats of the batch router's work arrays in rep_f (poa_mc/kernels/batch.py)."""
-    n = int(ip[L.P_BATCH_N])
-    return (n + 1) + 5 * (int(ip[L.P_ND]) * n + 1) if n else 0
-
-
-def _shapes(ip: np.ndarray, fp: np.ndarray, n_workers: int, requests: int, record: bool) -> dict[str, tuple]:
-    slots = int(ip[L.P_S])
-    delayed = fp[L.F_EVDELAY] > 0
-    qcap = int(ip[L.P_Q])
-    runcap = min(slots, int(ip[L.P_MAXSEQ]))
-    return {
-        "slot_i": ((slots, L.NSI), np.int32),
-        "slot_f": ((slots, L.NSF), np.float64),
-        "wk_i": ((n_workers + 1, L.NWI + (2 * int(ip[L.P_G]) if ip[L.P_DEDUP] else 0)), np.int32),
-        "wk_f": ((n_workers + 1, L.NWF), np.float64),
-        "pc": ((n_workers, int(ip[L.P_G]) + ring_runs(ip, fp), L.NPC_T if ip[L.P_G2CAP] > 0 else L.NPC), np.int32),
-        "ev": ((4 * slots + 16 if delayed else 1, L.NEV), np.float64),
-        "queue": ((n_workers + (4 if ip[L.P_CLIENT] else 2), qcap), np.int32),
-        "run": ((n_workers, runcap), np.int32),
-        "heap_t": ((int(ip[L.P_H]),), np.float64),
-        "heap_c": ((int(ip[L.P_H]),), np.int32),
-        "rep_i": ((L.NRI,), np.int64),
-        "rep_f": ((_rep_f_base(ip) + (n_workers if ip[L.P_LINKS] else 0),), np.float64),
-        "out_f": ((requests, L.NOF), np.float64),
-        "out_i": ((requests, L.NOI), np.int32),
-        "cand": ((requests, n_workers, L.NCAND) if record else (1, 1, L.NCAND), np.float64),
-        "tally_f": ((tally.NTF if ip[L.P_TALLY] else 1,), np.float64),
-        "tally_h": ((3, sketch.NBINS) if ip[L.P_TALLY] else (1, 1), np.int32),
-        "poa": ((3,) if ip[L.P_POA] else (1,), np.float64),
-    }
-
-
-def kernel_shapes(ip: np.ndarray, fp: np.ndarray, requests: int, record: bool) -> dict[str, tuple]:
-    """Each kernel array's per-replica (shape, dtype) for the packed parameters (ip, fp)."""
-    return _shapes(ip, fp, int(ip[L.P_NP] + ip[L.P_ND]), requests, record)
-
-
-def bytes_per_replica(shapes: dict[str, tuple], names=None) -> int:
-    total = 0
-    for name, (shape, dtype) in shapes.items():
-        if names is None or name in names:
-            total += math.prod(shape) * np.dtype(dtype).itemsize  # np.prod of a tuple: 20x slower
-    return total
-
-
-def result_bytes_per_request(n_workers: int, record: bool) -> int:
-    """Bytes of one measured request in a SimResult's arrays (samples, and candidates when recorded)."""
-    per = 8 * len(SAMPLE_FLOAT_FIELDS) + sum(8 if n == "seq" else 4 for n in SAMPLE_INT_FIELDS)
-    if record:
-        per += 2 * 8 * n_workers + 4 + 4 * len(_ADDED) + 8
-    return per
-
-
-def memory_plan(spec: CellSpec, *, replicas: int, requests: int, warmup: int, record: bool = True) -> dict[str, int]:
-    """Bytes a cell needs: `state` for one replica's kernel state and outputs (`largest`: the state
-    array that takes most of it), `results` for all replicas' per-request arrays (the runner holds
-    these twice while it builds the samples frame)."""
-    ip, fp, _ = pack_params(spec, requests=requests, warmup=warmup, seed=0, stream=0, record_candidates=record)
-    n_workers = int(ip[L.P_NP] + ip[L.P_ND])
-    shapes = _shapes(ip, fp, n_workers, requests, record)
-    state = bytes_per_replica(shapes)
-    largest = max(shapes, key=lambda k: bytes_per_replica({k: shapes[k]}))
-    return {
-        "state": state,
-        "largest": largest,
-        "results": replicas * requests * result_bytes_per_request(n_workers, record),
-    }
-
-
-# the grid key that sizes each kernel state array (_shapes), for memory errors
-_STATE_KEYS = {
-    "out_f": "run.requests",
-    "out_i": "run.requests",
-    "cand": "run.requests",
-    "slot_i": "cluster.max_inflight",
-    "slot_f": "cluster.max_inflight",
-    "queue": "cluster.max_inflight",
-    "run": "cluster.max_inflight",
-    "ev": "cluster.max_inflight",
-    "heap_t": "grid.concurrency",
-    "heap_c": "grid.concurrency",
-    "wk_i": "grid.topology",
-    "wk_f": "grid.topology",
-    "pc": "grid.topology",
-    "rep_f": "controller.window (or controller.log_switches)",
-}
-
-
-def check_memory(cells: list[Cell], run: RunSection, available: int | None = None) -> None:
-    """Refuse, before anything is written, a grid whose cells cannot fit this machine's memory:
-    one replica's kernel state must fit the engine's batch budget (half the available memory),
-    and a cell's kept per-request samples ([run] samples) are held twice (arrays and the samples
-    frame) beside one streaming batch of state. Raises ConfigError naming run.requests or run.replicas."""
-
-    avail = available_memory() if available is None else available
-    gib = 2**30
-    for cell in cells:
-        plan = memory_plan(cell.spec, replicas=run.replicas, requests=run.requests, warmup=run.warmup)
-        if plan["state"] > avail // 2:
-            key = _STATE_KEYS.get(plan["largest"], "run.requests")
-            raise ConfigError(
-                key,
-                f"one replica of {cell.label()} needs {plan['state'] / gib:.2f} GiB of state, more than half of "
-                f"the {avail / gib:.1f} GiB available here (most of it in its {plan['largest']} arrays); "
-                f"lower {key}",
-            )
-        keep = run.keep()
-        kept = run.requests if keep is None else keep
-        batch_state = min(run.replicas * plan["state"], avail // 2, max(plan["state"], STREAM_BATCH_BYTES))
-        # only the kept requests stay; every replica's accumulator row (its histograms' spans, taken
-        # at their widest) is held a few times over (the batches' rows, joined, then as a frame)
-        need = 2 * plan["results"] * kept // run.requests + batch_state + 3 * run.replicas * ACC_ROW_BYTES
-        if need > avail:
-            raise ConfigError(
-                "run.replicas",
-                f"{run.replicas} replicas x {kept} kept requests of {cell.label()} need about {need / gib:.1f} GiB "
-                f"for their samples and accumulators, more than the {avail / gib:.1f} GiB available here; keep fewer "
-                '(run.samples = "none" or a number), lower run.replicas or run.requests, '
-                "or split the grid with --shard",
-            )
-
-
-def available_memory() -> int:
-    """MemAvailable of this machine (bytes); 8 GiB when it cannot be read."""
-    return _available_memory()
-
-
-def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
-
-
-# Device files an NVIDIA driver makes (WSL2's GPU: /dev/dxg). On Linux without any of them no CUDA
-# device can be opened, and importing numba.cuda to ask took 75-155 ms of every start of a run
-# with backend = "auto" (bench/NOTES.md).
-_CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-
-
-def cuda_available() -> bool:
-    """True when a CUDA device can be used (poa_mc.kernels.cuda_available, which asks numba.cuda),
-    answered without numba.cuda on a Linux machine with no GPU device file (CUDA's simulator aside)."""
-    simulator = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-    if sys.platform.startswith("linux") and not simulator and not any(map(os.path.exists, _CUDA_DEVICE_FILES)):
-        return False
-    from poa_mc.kernels import cuda_available as probe
-
-    return probe()
-
-
-def resolve_backend(backend: str) -> str:
-    if backend not in ("auto", "cpu", "cuda"):
-        raise SpecError("run.backend", f"must be auto, cpu or cuda, got {backend!r}")
-    if backend == "auto":
-        return "cuda" if cuda_available() else "cpu"
-    return backend
 
 
 def simulate(
@@ -680,12 +192,12 @@ def simulate(
             for j, v in entries.items():
                 ip[j] = v
     n_workers = int(ip[L.P_NP] + ip[L.P_ND])
-    shapes = _shapes(ip, fp, n_workers, requests, record_candidates)
-    per_rep = bytes_per_replica(shapes)
+    shapes = memory._shapes(ip, fp, n_workers, requests, record_candidates)
+    per_rep = memory.bytes_per_replica(shapes)
     if backend == "cuda" and ip[L.P_POA]:  # a GPU's PoA-hat scratch is per replica (a CPU's per thread)
         nf, ni = poa_hat.sizes(requests, int(ip[L.P_POA_WIN]), int(ip[L.P_POA_K]), int(ip[L.P_POA_SLOTS]))
         per_rep += 8 * (nf + ni)
-    budget = max_batch_bytes if max_batch_bytes is not None else _available_memory() // 2
+    budget = max_batch_bytes if max_batch_bytes is not None else memory._available_memory() // 2
     if backend == "cuda":
         from poa_mc.kernels import cuda as target
 
@@ -701,10 +213,14 @@ def simulate(
     streaming = reduce is not None or kept < requests
     if streaming:  # one batch's per-request arrays at a time, reduced as it leaves the kernels
         # the kernels' arrays of a batch, and as much again for what its reduction computes
-        per_rep_streamed = per_rep + 2 * requests * result_bytes_per_request(n_workers, record_candidates)
+        per_rep_streamed = per_rep + 2 * requests * memory.result_bytes_per_request(n_workers, record_candidates)
         # a GPU needs tens of thousands of replicas per launch to be busy: its batches may take an
         # eighth of the host's memory (the batch is reduced on the host)
-        cap = STREAM_BATCH_BYTES if backend == "cpu" else max(STREAM_BATCH_BYTES, _available_memory() // 8)
+        cap = (
+            memory.STREAM_BATCH_BYTES
+            if backend == "cpu"
+            else max(memory.STREAM_BATCH_BYTES, memory._available_memory() // 8)
+        )
         batch = max(1, min(replicas, budget // per_rep, cap // per_rep_streamed))
     else:
         batch = max(1, min(replicas, budget // per_rep))
@@ -851,7 +367,7 @@ def simulate(
         backend=backend,
         device=target.device_name(),
         batches=n_batches,
-        state_bytes_per_replica=bytes_per_replica(shapes, L.STATE_NAMES),
+        state_bytes_per_replica=memory.bytes_per_replica(shapes, L.STATE_NAMES),
         extra=logs,
         acc={} if reducing is not None else _joined(parts),
         pending=reducing,
@@ -861,109 +377,3 @@ def simulate(
     if reducing is not None:  # stamped as the reduction ends (on the reducer's thread, or here if it has)
         reducing.add_done_callback(lambda _: setattr(res, "reduced_at", time.perf_counter()))
     return res
-
-
-def _batch_columns(out: dict[str, np.ndarray], ip: np.ndarray, spec: CellSpec, record: bool) -> dict[str, np.ndarray]:
-    """A batch's per-request outputs by name (views of the kernels' arrays): the samples, then,
-    when recorded, the router's candidates (see the module docstring)."""
-    of, oi = out["out_f"], out["out_i"]
-    cols = {name: of[:, :, j] for name, j in zip(SAMPLE_FLOAT_FIELDS, _OF)}
-    cols.update({name: oi[:, :, j] for name, j in zip(SAMPLE_INT_FIELDS, _OI)})
-    cols["seq"] = cols["seq"].astype(np.int64)
-    if record:
-        tok, blk = out["cand"][:, :, :, 0], out["cand"][:, :, :, 1]
-        if spec.cluster.flow != "prefill_first":  # no prefill decision: its columns are unused
-            tok, blk = tok.copy(), blk.copy()
-            tok[:, :, : int(ip[L.P_NP])] = np.nan
-            blk[:, :, : int(ip[L.P_NP])] = np.nan
-        cols.update(cand_tokens=tok, cand_blocks=blk, chosen=oi[:, :, L.OI_CHOSEN])
-        cols.update({name: oi[:, :, j] for name, j in _ADDED.items()})
-        cols["decode_decided_ms"] = of[:, :, L.OF_DDEC]
-    return cols
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter_fields(
-    src: np.ndarray, fields: np.ndarray, dst: np.ndarray, r0: int, kept: int
-) -> None:  # pragma: no cover
-    """dst[j, r0 + r, i] = src[r, i, fields[j]] for a batch's replicas r and their first `kept`
-    requests i: the kernels' request rows (a request's fields side by side) to one array per
-    field, each row read once. A numpy copy per field read the whole batch once per field, and
-    was most of the host's time with every sample kept (bench/NOTES.md)."""
-    for r in range(src.shape[0]):
-        for i in range(kept):
-            for j in range(fields.shape[0]):
-                dst[j, r0 + r, i] = src[r, i, fields[j]]
-
-
-def _wanted_rows(kept: int, poa_in_kernels: bool = False) -> dict:
-    """What a tallied batch's reduction and kept samples read of its request rows and candidates
-    (the kernels' run_batch `wanted`): every field of the first `kept` requests, the written flag
-    _batch_replica counts of all of them, and PoA-hat's fields and candidates of all of them,
-    unless the kernels work PoA-hat out (then only where they leave a replica to the host: its
-    "fallback"). A PoA-hat field of neither kind raises KeyError here rather than reading as NaN
-    from a GPU run."""
-    floats = {**dict(zip(SAMPLE_FLOAT_FIELDS, _OF)), "decode_decided_ms": L.OF_DDEC}
-    ints = {**dict(zip(SAMPLE_INT_FIELDS, _OI)), **_ADDED}
-    out_f, out_i = set(), set()
-    for name in POA_HAT_FIELDS:
-        if name in floats:
-            out_f.add(floats[name])
-        else:
-            out_i.add(ints[name])
-    poa = {"out_f": out_f, "out_i": out_i, "cand": True}
-    if poa_in_kernels:
-        return {"rows": kept, "out_f": set(), "out_i": {L.OI_DONE}, "cand": False, "fallback": poa}
-    return {"rows": kept, "out_f": out_f, "out_i": out_i | {L.OI_DONE}, "cand": True}
-
-
-def _batch_replica(out: dict[str, np.ndarray], ip: np.ndarray) -> dict[str, np.ndarray]:
-    """SimResult.replica's arrays of one batch (see the module docstring)."""
-    ri, rf, oi = out["rep_i"], out["rep_f"], out["out_i"]
-    nr = ri.shape[0]
-    rep = {
-        "window_ms": rf[:, L.RF_LAST_DONE] - rf[:, L.RF_FIRST_ARR],
-        "simulated": ri[:, L.RI_SEQ].copy(),
-        "events": ri[:, L.RI_EVENTS].copy(),
-        "status": ri[:, L.RI_STATUS].copy(),
-        "preemptions": ri[:, L.RI_PREEMPT].copy(),
-        "ring_merges": ri[:, L.RI_MERGES].copy(),
-        "written": oi[:, :, L.OI_DONE].sum(axis=1).astype(np.int64),
-        "sim_ms": rf[:, L.RF_T].copy(),
-        "switches": ri[:, L.RI_SWITCHES].copy(),
-        "planner_moves": ri[:, L.RI_PL_MOVES].copy(),
-    }
-    # time in each regime: the closed ones, plus the current one up to the end
-    regt = rf[:, L.RF_REGT : L.RF_REGT + 3].copy()
-    if ip[L.P_CTL]:
-        regt[np.arange(nr), ri[:, L.RI_REGIME]] += rf[:, L.RF_T] - rf[:, L.RF_LASTSW]
-    else:
-        regt[:, 0] = rf[:, L.RF_T]  # a fixed policy stays in its one setting
-    rep.update({f"regime_ms_{name}": regt[:, i] for i, name in enumerate(REGIMES)})
-    rep.update({name: rf[:, j].copy() for name, j in _INTEGRALS.items()})
-    rep["measured_ms"] = rf[:, L.RF_T] - rf[:, L.RF_FIRST_ARR]
-    # requests in flight x time over measured_ms: the kernels' integral, closed at the end
-    rep["inflight_ms"] = rf[:, L.RF_INFL] + ri[:, L.RI_INFLIGHT] * (rf[:, L.RF_T] - rf[:, L.RF_INFL_T])
-    # completions between the first and the last measured arrival (the open loop's throughput)
-    rep["done_in_window"] = ri[:, L.RI_DONE_WIN].copy()
-    return rep
-
-
-def _batch_logs(out: dict[str, np.ndarray], ip: np.ndarray, n_log: int, n_moves: int) -> dict[str, np.ndarray]:
-    """The controller's switch log and the planner's move log of one batch, NaN past the last."""
-    ri, rf = out["rep_i"], out["rep_f"]
-    nr = ri.shape[0]
-    logs = {}
-    for key, count, at, n in (
-        ("switch_log", L.RI_SWITCHES, L.NRF + 2 * int(ip[L.P_CTL_WIN]), n_log),
-        ("move_log", L.RI_PL_MOVES, L.NRF + 2 * int(ip[L.P_CTL_WIN]) + 3 * n_log, n_moves),
-    ):
-        if n:
-            logged = rf[:, at : at + 3 * n].reshape(nr, n, 3)
-            kept = np.arange(n)[None, :] < ri[:, count][:, None]
-            logs[key] = np.where(kept[:, :, None], logged, np.nan)
-    return logs
-
-
-def default_threads() -> int:
-    return int(os.environ.get("NUMBA_NUM_THREADS", os.cpu_count() or 1))

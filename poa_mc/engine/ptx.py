@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from poa_mc.engine import engine
+from poa_mc.engine import memory, packing
 from poa_mc.kernels import layout as L
 from poa_mc.model.spec import CellSpec
 from poa_mc.stats import sketch
@@ -135,9 +135,9 @@ def launch_types(spec: CellSpec, *, requests: int = 64, record: bool = True, tal
     tallies, as `poa-mc run` does, or without)."""
     from poa_mc.kernels import cuda as target  # numba-cuda: only where PTX is asked for
 
-    ip, fp, tabs = engine.pack_params(spec, requests=requests, warmup=0, seed=0, stream=0, record_candidates=record)
+    ip, fp, tabs = packing.pack_params(spec, requests=requests, warmup=0, seed=0, stream=0, record_candidates=record)
     ip[L.P_TALLY] = 1 if tally else 0
-    shapes = engine.kernel_shapes(ip, fp, requests, record)
+    shapes = memory.kernel_shapes(ip, fp, requests, record)
     return target.argument_types(ip, fp, tabs, sketch.EDGES, shapes)
 
 

@@ -217,10 +217,16 @@ class RunDir:
         why = []
         if old.get("seed") != new.get("seed"):
             why.append(f"seed {old.get('seed')} there, {new.get('seed')} here")
+        # the run's Monte Carlo sizes by name: a changed warm-up also moves the loads it was checked
+        # against, and the first difference in the grid would name those instead
+        for key in ("replicas", "requests", "warmup", "drain"):
+            a, b = old.get("grid", {}).get("run", {}).get(key), new.get("grid", {}).get("run", {}).get(key)
+            if a != b:
+                why.append(f"run.{key} {a} there, {b} here")
         if old.get("poa_mc_version") != new.get("poa_mc_version"):
             why.append(f"poa-mc {old.get('poa_mc_version')} there, {new.get('poa_mc_version')} here")
         diff = _first_difference(old.get("grid", {}), new.get("grid", {}), ignore={"out", "backend", "seed"})
-        if diff:
+        if diff and not why:
             why.append(f"grid differs at {diff}")
         raise RunDirError(
             "this directory holds a different run ("

@@ -22,7 +22,7 @@ newer, so no result changes, and the next allocations find free blocks without e
 If the ring is full, its two oldest runs merge into one with the newer stamp (the older blocks
 then outlive a few chains they would have preceded);
 `rep_i[r, RI_MERGES]` counts merges. With fixed lengths the host sizes the ring for every run a
-worker's blocks can hold plus one per request slot, up to 1,024 runs (engine.ring_runs). Ring rows
+worker's blocks can hold plus one per request slot, up to 1,024 runs (poa_mc.engine.memory.ring_runs). Ring rows
 are not initialised by the kernel: the buffers are allocated zeroed and WI_AH/WI_AN say which rows
 are live.
 """

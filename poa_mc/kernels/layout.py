@@ -188,7 +188,7 @@ FLOW_DECODE_FIRST = 1
 FLOW_AGGREGATED = 2
 
 # The routing policies, one line each: `[[policy]] kind` -> the id the kernels dispatch on.
-# poa_mc.model.spec's POLICY_KINDS and poa_mc.engine.engine's packing read this table. Policies that pick one of
+# poa_mc.model.spec_policy's POLICY_KINDS and poa_mc.engine.packing read this table. Policies that pick one of
 # the candidates are a function each in router.py, dispatched by `choose`; pull, oracle and batch
 # change the request's path (placement.py, prefill.py, batch.py). A new candidate-picking policy is
 # a line here (and its POL_ constant), a function in router.py and a line in `choose`.

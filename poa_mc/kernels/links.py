@@ -1,6 +1,6 @@
 """Nodes and the links between them (`cluster.gpus_per_node` > 0): where a KV transfer runs.
 
-Workers sit on nodes (ip[NP_I + w]: worker w's node, poa_mc.model.spec.ClusterSpec.nodes). A transfer
+Workers sit on nodes (ip[NP_I + w]: worker w's node, poa_mc.model.spec_cluster.ClusterSpec.nodes). A transfer
 between two workers of one node runs over NVLink at the cluster's `transfer_gbps` (as without
 nodes). A transfer that leaves its prefill worker's node runs over that node's network link of
 `node_nic_gbps`, which the transfers in flight on it share fairly (processor sharing, as BLIS

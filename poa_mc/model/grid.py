@@ -26,7 +26,12 @@ from poa_mc.model.sections import (
     TraceRef,
     jsonable,
 )
-from poa_mc.model.spec import CellSpec, ClusterSpec, PolicySpec, ProfileSpec, SpecError, WorkloadSpec, drop_tier_keys
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec, drop_tier_keys
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.model.spec_workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from poa_mc.model.profiles import resolve_profile
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import ClusterSpec, ProfileSpec, SpecError
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.model.toml_fields import read_fields, read_table
 
 _CLUSTER_FIELDS = {

@@ -24,7 +24,11 @@ from poa_mc.model.sections import (
     PoaSection,
     SloSection,
 )
-from poa_mc.model.spec import ClusterSpec, PlannerSpec, PolicySpec, SpecError, WorkloadSpec
+from poa_mc.model.spec_cluster import ClusterSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_planner import PlannerSpec
+from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_workload import WorkloadSpec
 from poa_mc.model.toml_fields import check_choice, check_keys, check_positive, coerce, read_fields, read_table
 
 

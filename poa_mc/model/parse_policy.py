@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from poa_mc.model.sections import ConfigError
-from poa_mc.model.spec import REGIMES, TIER_CREDIT, ControllerSpec, PolicySpec, SpecError
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_policy import REGIMES, TIER_CREDIT, ControllerSpec, PolicySpec
 from poa_mc.model.toml_fields import check_keys, read_fields, read_table
 
 _POLICY_FIELDS = {

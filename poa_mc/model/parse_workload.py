@@ -14,7 +14,8 @@ from typing import Any
 
 from poa_mc.model.replay import REPLAYS, SAMPLES, build_table
 from poa_mc.model.sections import ConfigError, TraceRef
-from poa_mc.model.spec import ARRIVALS, POPULARITIES, ClientSpec, Dist, SpecError, TraceReplay, WorkloadSpec
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_workload import ARRIVALS, POPULARITIES, ClientSpec, Dist, TraceReplay, WorkloadSpec
 from poa_mc.model.toml_fields import check_choice, check_keys, check_positive, coerce, read_fields, read_table
 from poa_mc.model.traces import FORMATS as TRACE_FORMATS
 from poa_mc.model.traces import load_trace, sample_names, sample_path

@@ -1,4 +1,4 @@
-"""Timing profiles: built-in and user-described, resolved to `poa_mc.model.spec.ProfileSpec`.
+"""Timing profiles: built-in and user-described, resolved to `poa_mc.model.spec_profile.ProfileSpec`.
 
 A profile is what a worker's scheduler pass costs. Every form reduces to the three shapes the
 kernels evaluate (poa_mc/kernels/timing.py, see `ProfileSpec`): a polynomial (prefill quadratic in the
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from poa_mc.kernels import layout as L
-from poa_mc.model.spec import ProfileSpec, SpecError
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.model.timing_tables import builtin_tables, for_profile
 from poa_mc.model.timing_tables import load as load_table
 

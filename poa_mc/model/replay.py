@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poa_mc.model.spec import SpecError
+from poa_mc.model.spec_error import SpecError
 from poa_mc.model.traces import Trace, load_trace
 
 REPLAYS = ("timestamps", "closed")

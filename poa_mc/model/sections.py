@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from poa_mc.model.spec import PlannerSpec, SpecError, budget_splits
+from poa_mc.model.spec_error import SpecError
+from poa_mc.model.spec_planner import PlannerSpec, budget_splits
 
 BACKENDS = ("auto", "cpu", "cuda")
 SOCIAL_COSTS = ("mean_ttft", "mean_e2e", "p99_ttft")

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from poa_mc.model.spec import SpecError
+from poa_mc.model.spec_error import SpecError
 
 FORMAT = "poa-mc timing table 2"
 TABLES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from poa_mc.model.spec import SpecError
+from poa_mc.model.spec_error import SpecError
 
 FORMATS = ("mooncake", "azure", "burstgpt")
 SAMPLE_EXT = {"mooncake": ".jsonl", "azure": ".csv", "burstgpt": ".csv"}

@@ -217,14 +217,56 @@ def summary_notes(summary: Any, warmup: int) -> list[str]:
     return out
 
 
+MAX_BEST_LINES = 12  # points whose best policies are listed on the console (all of them: poa.parquet)
+
+
+def best_policy_lines(poa: Any) -> list[str]:
+    """Per (topology, load): the best policy on mean TTFT and on mean E2E, each with the selfish
+    policy's counterfactual PoA against it; then a warning for each point whose TTFT winner wins
+    by decoding slower (poa.parquet's ttft_win_slows_decode; docs/outputs.md)."""
+    if not poa.height or "best_policy_ttft" not in poa.columns:
+        return []
+    load_col = "concurrency" if poa["load_axis"][0] == "concurrency" else "rate"
+    tag = "C" if load_col == "concurrency" else "rate"
+    rows = list(poa.iter_rows(named=True))
+    out = []
+    for r in rows[:MAX_BEST_LINES]:
+        load = r[load_col]
+        at = f"{r['topology']} {tag}={load:g}" if isinstance(load, float) else f"{r['topology']} {tag}={load}"
+        parts = []
+        for k, name in (("ttft", "TTFT"), ("e2e", "E2E")):
+            best = r[f"best_policy_{k}"]
+            if best:
+                margin = _interval(r[f"poa_cf_{k}"], r[f"poa_cf_{k}_lo"], r[f"poa_cf_{k}_hi"])
+                parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin})")
+        if parts:
+            out.append(f"{at}: " + "; ".join(parts))
+    if len(rows) > MAX_BEST_LINES:
+        out.append(f"... {len(rows) - MAX_BEST_LINES} more points: poa.parquet (best_policy_ttft, best_policy_e2e)")
+    for r in rows:
+        if r.get("ttft_win_slows_decode"):
+            load = r[load_col]
+            out.append(
+                f"warning: at {r['topology']} {tag}={load:g}, {r['best_policy_ttft']} beats {r['selfish_policy']} on "
+                "TTFT only by decoding slower (higher ITL, no lower E2E): in a closed loop that keeps clients out "
+                "of the prefill queue and serves no one sooner (docs/outputs.md, TTFT against end-to-end latency)"
+            )
+    return out
+
+
 def print_results(summary: Any, poa: Any, selfish: str, stream: TextIO | None = None) -> None:
-    """The end-of-run table on stdout (`*` marks the selfish policy, whose row carries PoA cf)."""
+    """The end-of-run table on stdout (`*` marks the selfish policy, whose row carries PoA cf),
+    then the best policy of each point on TTFT and on E2E, and warnings where they disagree for
+    the wrong reason."""
     from rich.console import Console
 
     file = stream if stream is not None else sys.stdout
     # off a terminal (a log file) there is no width to fit: keep rows on one line
     width = None if getattr(file, "isatty", lambda: False)() else 160
-    Console(file=file, highlight=False, width=width).print(results_table(summary, poa, selfish))
+    console = Console(file=file, highlight=False, width=width)
+    console.print(results_table(summary, poa, selfish))
+    for line in best_policy_lines(poa):
+        console.print(line, markup=False)
 
 
 def print_pd_game(game: Any, stream: TextIO | None = None) -> None:

@@ -24,8 +24,10 @@ import numpy as np
 import polars as pl
 
 import poa_mc
-from poa_mc.engine.engine import EngineError, check_memory, pool_sizes
+from poa_mc.engine.engine import EngineError
 from poa_mc.engine.interface import Simulate
+from poa_mc.engine.memory import check_memory
+from poa_mc.engine.packing import pool_sizes
 from poa_mc.io.store import RunDir, RunDirError, fingerprint, git_commit, samples_frame
 from poa_mc.kernels import threads
 from poa_mc.model.grid import Cell, GridConfig, assign_shards, estimate_cost
@@ -82,10 +84,10 @@ def resolve_backend(requested: str) -> str:
     if requested != "auto":
         return requested
     try:
-        from poa_mc.engine import engine
+        from poa_mc.engine import backend
     except ImportError:
         return "cpu"
-    resolver = getattr(engine, "resolve_backend", None)
+    resolver = getattr(backend, "resolve_backend", None)
     return resolver("auto") if callable(resolver) else "cpu"
 
 
@@ -181,7 +183,7 @@ def check_out_dir(out: Path) -> None:
 
 def check_backend(backend: str) -> None:
     if backend == "cuda":
-        from poa_mc.engine.engine import cuda_available
+        from poa_mc.engine.backend import cuda_available
 
         if not cuda_available():
             raise EnvironmentFault(
@@ -228,10 +230,10 @@ class Interrupted(Exception):
         self.out, self.done, self.total = out, done, total
 
 
-def _kernels_cold(backend: str, cells: list) -> bool:
+def kernels_cold(backend: str, cells: list) -> bool:
     """True when a build these cells run on is not in the on-disk cache yet (a cell compiles)."""
     try:
-        from poa_mc.engine.engine import kernel_build
+        from poa_mc.engine.backend import kernel_build
         from poa_mc.kernels._cache import is_warm
     except ImportError:
         return False
@@ -308,7 +310,7 @@ def run_grid(
         msg = f"{len(damaged)} damaged cell(s) are simulated again (cell {first[0]}: {first[1]})"
         (log or console.note)(f"warning: {msg}")
     report.repaired = sorted(damaged)
-    if todo and simulate is _ENGINE and _kernels_cold(backend, todo):
+    if todo and simulate is _ENGINE and kernels_cold(backend, todo):
         console.note(
             f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
         )

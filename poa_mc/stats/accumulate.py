@@ -53,7 +53,7 @@ from poa_mc.stats.poa_hat import PoaHat, poa_hat_from_candidates
 
 SUMMED = T.SUMMED
 SKETCHED = tuple(f"{m}_ms" for m in T.SKETCHED)
-# a replica's row at most, for memory checks (poa_mc.engine.engine.check_memory): ~64 numbers and its three histograms'
+# a replica's row at most, for memory checks (poa_mc.engine.memory.check_memory): ~64 numbers and its three histograms'
 # spans, each at most NBINS wide (the built-in grids' widest is 615 bins: a bound, not an estimate)
 ACC_ROW_BYTES = len(SKETCHED) * sketch.NBINS * 4 + 64 * 8
 POA_KEYS = poa_plan.POA_KEYS

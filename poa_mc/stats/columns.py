@@ -62,6 +62,7 @@ SUMMARY_FIGURES = (
     Col("regime_switches", F, "", True),
     Col("social_cost", F),
     Col("regime", S), Col("knee", F), Col("knee_lo", F), Col("knee_hi", F),
+    Col("knee_grid_lo", F), Col("knee_grid_hi", F), Col("knee_reason", S),
 )  # fmt: skip
 
 SUMMARY = IDENTITY + SUMMARY_FIGURES
@@ -71,7 +72,11 @@ POA = (
     Col("concurrency", INT), Col("rate", F, "1/s"), Col("selfish_policy", S), Col("social_cost_kind", S),
     Col("poa_stage", S), Col("poa_cost", S), Col("poa_pricing", S), Col("poa_hat", F, "", True),
     Col("poa_cf", F, "", True), Col("best_policy", S), Col("social_cost_selfish", F), Col("social_cost_best", F),
-    Col("policies", INT), Col("regime", S), Col("knee", F), Col("knee_lo", F), Col("knee_hi", F),
+    Col("policies", INT),
+    Col("poa_cf_ttft", F, "", True), Col("poa_cf_e2e", F, "", True), Col("best_policy_ttft", S),
+    Col("best_policy_e2e", S), Col("ttft_win_slows_decode", B),
+    Col("regime", S), Col("knee", F), Col("knee_lo", F), Col("knee_hi", F),
+    Col("knee_grid_lo", F), Col("knee_grid_hi", F), Col("knee_reason", S),
 )  # fmt: skip
 
 

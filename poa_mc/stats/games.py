@@ -41,8 +41,8 @@ import numpy as np
 
 from poa_mc.model.sections import BENEFITS
 from poa_mc.model.spec import CellSpec
-from poa_mc.model.spec import budget_splits as splits  # noqa: F401 - Game 1's splits, re-exported
 from poa_mc.model.spec_json import spec_from_json
+from poa_mc.model.spec_planner import budget_splits as splits  # noqa: F401 - Game 1's splits, re-exported
 from poa_mc.stats.counterfactual import ratio_to_best
 from poa_mc.stats.intervals import _exp_or_inf, _t_ppf, _t_quantile, t_interval
 

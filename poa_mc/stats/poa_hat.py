@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poa_mc.model.spec import ProfileSpec
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.stats.assignment import Pricer, slot_priced_opt, window_opt
 from poa_mc.stats.gather import take_rows
 from poa_mc.stats.input_checks import _require_recorded

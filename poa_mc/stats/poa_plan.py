@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from poa_mc.kernels import layout as L
-from poa_mc.model.spec import CellSpec, ProfileSpec
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.stats.predicted_costs import predicted_step_ms
 
 POA_KEYS = ("stage", "window", "slots", "cost", "overlap_weight", "freeze", "pricing")

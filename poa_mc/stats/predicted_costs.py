@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from poa_mc.model.profiles import decode_ms, prefill_ms
-from poa_mc.model.spec import ProfileSpec
+from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.stats.input_checks import _bad_entry
 
 

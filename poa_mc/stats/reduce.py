@@ -21,11 +21,19 @@ import polars as pl
 
 from poa_mc.io.files import atomic_write_parquet
 from poa_mc.io.store import RunDir, RunDirError
-from poa_mc.model.spec import REGIMES, CellSpec, budget_splits
+from poa_mc.model.spec import CellSpec
 from poa_mc.model.spec_json import spec_from_json
+from poa_mc.model.spec_planner import budget_splits
+from poa_mc.model.spec_policy import REGIMES
 from poa_mc.stats import columns, sketch
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
-from poa_mc.stats.counterfactual import SOCIAL_COSTS, counterfactual_poa, social_cost_per_replica
+from poa_mc.stats.counterfactual import (
+    SOCIAL_COSTS,
+    Counterfactual,
+    counterfactual_poa,
+    ratio_to_best,
+    social_cost_per_replica,
+)
 from poa_mc.stats.games import cache_game_frame, pd_game_frame, planner_frame, planner_moves_frame, planner_runs
 from poa_mc.stats.intervals import Estimate, ratio_interval, t_interval
 from poa_mc.stats.knee import knee_analysis
@@ -438,9 +446,17 @@ def _knees(cells: pl.DataFrame, stats: dict[str, CellStats], seed: int, n_boot: 
         for i, c in enumerate(curves):
             lat[i, : len(c)] = c
         rng = np.random.default_rng([seed, 2, len(out)])
-        k = knee_analysis(load[order], lat, rng=rng, n_boot=n_boot)
+        x = load[order]
+        k = knee_analysis(x, lat, rng=rng, n_boot=n_boot)
+        # the load points either side of the knee: the grid's resolution, which the interval (of the
+        # hinge fitted on these points) does not include
+        grid_lo = float(x[x <= k.knee].max()) if k.detected else None
+        grid_hi = float(x[x >= k.knee].min()) if k.detected else None
         for j, i in enumerate(order):
-            out[ids[i]] = {"regime": k.regimes[j], "knee": k.knee, "knee_lo": k.knee_lo, "knee_hi": k.knee_hi}
+            out[ids[i]] = {
+                "regime": k.regimes[j], "knee": k.knee, "knee_lo": k.knee_lo, "knee_hi": k.knee_hi,
+                "knee_grid_lo": grid_lo, "knee_grid_hi": grid_hi, "knee_reason": k.reason,
+            }  # fmt: skip
     return out
 
 
@@ -466,6 +482,12 @@ def _poa_frame(
         selfish_id = ids[policies.index(selfish)]
         rng = np.random.default_rng([seed, int(first["stream"]), 1])
         cf = counterfactual_poa(costs, selfish, rng, int(poa.get("bootstrap", 1000)))
+        # the same comparison on TTFT and on end-to-end latency, side by side, whatever [poa] scores
+        on = {
+            kind: counterfactual_poa({p: stats[i].social[f"mean_{kind}"] for p, i in zip(policies, ids)}, selfish)
+            for kind in ("ttft", "e2e")
+        }
+        by_policy = dict(zip(policies, ids))
         s = stats[selfish_id].row
         kn = knees.get(selfish_id, {"regime": "unknown", "knee": math.nan, "knee_lo": math.nan, "knee_hi": math.nan})
         rows.append(
@@ -494,10 +516,31 @@ def _poa_frame(
                 "social_cost_selfish": cf.cost_selfish,
                 "social_cost_best": cf.cost_best,
                 "policies": len(policies),
+                **{f"poa_cf_{k}": c.poa for k, c in on.items()},
+                **{f"poa_cf_{k}_lo": c.lo for k, c in on.items()},
+                **{f"poa_cf_{k}_hi": c.hi for k, c in on.items()},
+                **{f"best_policy_{k}": c.best_policy for k, c in on.items()},
+                "ttft_win_slows_decode": _wins_by_slowing_decode(stats, by_policy, selfish, on["ttft"]),
                 **kn,
             }
         )
     return columns.frame(rows, columns.POA, "poa.parquet")
+
+
+def _wins_by_slowing_decode(
+    stats: dict[str, CellStats], by_policy: dict[str, str], selfish: str, ttft: Counterfactual
+) -> bool:
+    """Does the policy with the best mean TTFT beat the selfish one (its counterfactual interval
+    above 1) only by decoding slower: a higher mean ITL and no lower end-to-end latency (the paired
+    interval of selfish over it reaches 1)? In a closed loop a slower decode keeps clients out of
+    the prefill queue, which lowers TTFT without serving anyone sooner (docs/outputs.md)."""
+    best = ttft.best_policy
+    if best in ("", selfish) or not ttft.lo > 1.0:
+        return False
+    s, b = stats[by_policy[selfish]], stats[by_policy[best]]
+    _, lo, _, _ = ratio_to_best(s.social["mean_e2e"], {best: b.social["mean_e2e"]})
+    slower = b.row.get("itl_mean_ms", math.nan) > s.row.get("itl_mean_ms", math.nan)
+    return bool(slower and not lo > 1.0)
 
 
 def _how_different(meta: dict, manifest: dict) -> str:
