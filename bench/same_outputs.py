@@ -48,13 +48,14 @@ def compare(after: Path, before: Path) -> int:
         for p in before.rglob("*.parquet")
         if "samples" not in p.parts and p.relative_to(before).parts[0] in grids
     )
-    differ, added, removed = [], set(), set()
+    differ, added, removed, filled = [], set(), set(), set()
     for f in files:
         if not (after / f).exists():
             differ.append(f)
             continue
         a, b = _read(after / f), _read(before / f)
         added |= set(a.columns) - set(b.columns)
+        filled |= {c for c in set(a.columns) - set(b.columns) if a[c].null_count() < a.height}
         removed |= set(b.columns) - set(a.columns)
         common = [c for c in b.columns if c in a.columns]
         if not a.select(common).equals(b.select(common)):
@@ -63,6 +64,7 @@ def compare(after: Path, before: Path) -> int:
         print(f"differs: {f}")
     if added or removed:
         print(f"columns added: {sorted(added)}; removed: {sorted(removed)}")
+        print(f"of the added columns, those with values (the rest are null in every row): {sorted(filled)}")
     print(f"{len(differ)} of {len(files)} Parquet files differ (on the columns both have)")
     return 1 if differ else 0
 

@@ -19,8 +19,8 @@ import numpy as np
 def main() -> None:
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.cell_stats import _request_rate
     from poa_mc.stats.intervals import ratio_interval
-    from poa_mc.stats.reduce import _request_rate
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
 

@@ -152,7 +152,7 @@ print(summary["prefill_wait_share"].to_list(), summary["prefill_wait_share_lo"].
 def test_a_summary_metric_added_as_docs_architecture_says(tmp_path):
     """docs/architecture.md's steps for a summary figure made from the accumulators, taken on a copy
     of the package: its declaration in poa_mc/stats/columns.py and its arithmetic in
-    poa_mc/stats/reduce.py's cell_stats. The summary then has it, with its interval, in every row
+    poa_mc/stats/cell_stats.py's cell_stats. The summary then has it, with its interval, in every row
     (the stand-in engine's prefill wait is half its TTFT: the share is 0.5)."""
     pkg = tmp_path / "poa_mc"
     shutil.copytree(ROOT / "poa_mc", pkg, ignore=shutil.ignore_patterns("__pycache__"))
@@ -161,12 +161,12 @@ def test_a_summary_metric_added_as_docs_architecture_says(tmp_path):
     anchor = '    Col("hit_rate", F, "share", True),\n'
     assert anchor in text
     cols.write_text(text.replace(anchor, anchor + '    Col("prefill_wait_share", F, "share", True),\n'))
-    reduce = pkg / "stats" / "reduce.py"
-    text = reduce.read_text()
+    arithmetic = pkg / "stats" / "cell_stats.py"
+    text = arithmetic.read_text()
     anchor = '    _put(row, "hit_rate", proportion_interval(cached, prompt))\n'
     assert anchor in text
     toy = '    _put(row, "prefill_wait_share", t_interval(mean("prefill_wait_ms") / mean("ttft_ms")))\n'
-    reduce.write_text(text.replace(anchor, anchor + toy))
+    arithmetic.write_text(text.replace(anchor, anchor + toy))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     done = subprocess.run(
         [sys.executable, "-c", _TOY_METRIC], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600

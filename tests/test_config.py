@@ -427,3 +427,51 @@ def test_router_blocks_per_request_keeps_its_old_cell_ids():
     assert not {c.cell_id for c in base.cells()} & {c.cell_id for c in old.cells()}
     d = base.to_dict()
     assert "router_blocks" not in old.to_dict()["cluster"] and d["cluster"]["router_blocks"] == "dynamo"
+
+
+_KV_FROM = """
+[cluster]
+block_size = 64
+{kv}
+[grid]
+topology = ["1P/2D"]
+concurrency = [4]
+[[policy]]
+name = "kv"
+kind = "kv"
+"""
+
+
+def test_kv_blocks_from_the_gpu_the_model_and_the_memory_share():
+    """[cluster.kv_from]: a worker's KV blocks from its GPU's memory after the weights
+    (poa_mc.model.roofline); the cells are those of a grid that gives the same blocks by hand."""
+    from poa_mc.model.roofline import roofline_kv_capacity_blocks
+
+    derived = loads_grid(_KV_FROM.format(kv='kv_from = {gpu = "h200", model = "llama70b", tp = 4}'))
+    blocks = roofline_kv_capacity_blocks("h200", "llama70b", 4, block_size=64)
+    assert blocks == 41675  # 0.9 x 4 x 141 GB less 70.6 GB of FP8 weights, 2 x 80 x 8 x 128 B per token
+    c = derived.cells()[0].spec.cluster
+    assert c.prefill_kv_blocks == c.decode_kv_blocks == blocks
+    by_hand = loads_grid(_KV_FROM.format(kv=f"prefill_kv_blocks = {blocks}\ndecode_kv_blocks = {blocks}"))
+    assert [x.cell_id for x in derived.cells()] == [x.cell_id for x in by_hand.cells()]
+    half = loads_grid(_KV_FROM.format(kv='kv_from = {gpu = "h200", model = "llama70b", tp = 4, memory_fraction = 0.6}'))
+    assert half.cells()[0].spec.cluster.decode_kv_blocks < blocks
+
+
+@pytest.mark.parametrize(
+    "kv,path",
+    [
+        ('kv_from = {gpu = "a100", model = "llama70b", tp = 4}', "cluster.kv_from.gpu"),
+        ('kv_from = {gpu = "h200", model = "llama70b"}', "cluster.kv_from.tp"),
+        (
+            'kv_from = {gpu = "h200", model = "llama70b", tp = 4, memory_fraction = 1.5}',
+            "cluster.kv_from.memory_fraction",
+        ),
+        ('kv_from = {gpu = "h100", model = "nemotron340b", tp = 1}', "cluster.kv_from"),
+        ('decode_kv_blocks = 100\nkv_from = {gpu = "h200", model = "llama70b", tp = 4}', "cluster.decode_kv_blocks"),
+    ],
+)
+def test_kv_from_refuses_what_it_cannot_derive(kv, path):
+    with pytest.raises(ConfigError) as e:
+        loads_grid(_KV_FROM.format(kv=kv))
+    assert e.value.path == path, e.value

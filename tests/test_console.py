@@ -132,7 +132,7 @@ def test_best_policy_lines_name_both_winners_and_warn_on_a_decode_slowing_win():
         }
     )  # fmt: skip
     lines = best_policy_lines(poa)
-    assert lines[0].startswith("2P/8D C=40: best on TTFT: kv")
-    assert "best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv" in lines[1]
+    assert lines[0] == "2P/8D C=40: best on TTFT: kv (the selfish policy); best on E2E: kv (the selfish policy)"
+    assert "best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv (the selfish policy)" in lines[1]
     assert len(lines) == 3 and lines[2].startswith("warning: at 2P/8D C=160, kv-t1 beats kv on TTFT only by")
     assert best_policy_lines(poa.with_columns(pl.lit(False).alias("ttft_win_slows_decode")))[-1].startswith("2P/8D")

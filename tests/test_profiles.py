@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poa_mc.model import profiles
+from poa_mc.model import roofline
 from poa_mc.model.profiles import BUILTIN_PROFILES, decode_ms, prefill_ms, resolve_profile
 from poa_mc.model.spec_error import SpecError
 from poa_mc.model.spec_profile import ProfileSpec
@@ -46,8 +46,8 @@ def test_builtin_names() -> None:
 def _expected(name: str, kv_blocks: int = KV_BLOCKS, block: int = BLOCK) -> dict[str, float]:
     """Independent restatement of the roofline formulas of docs/profiles.md."""
     _, gpu_key, short, tp_s = name.split("-")
-    g = profiles.GPUS[gpu_key]
-    m = profiles.MODELS[profiles.MODEL_ALIASES[short]]
+    g = roofline.GPUS[gpu_key]
+    m = roofline.MODELS[roofline.MODEL_ALIASES[short]]
     tp = int(tp_s[2:])
     flops = tp * g.fp8_pflops * 1e15 * 0.5
     bw = tp * g.hbm_tbps * 1e12 * 0.7
@@ -153,7 +153,7 @@ def test_roofline_custom_model_and_gpu() -> None:
 
 
 def test_kv_capacity_lead() -> None:
-    blocks = profiles.roofline_kv_capacity_blocks("h200", "llama70b", 4)
+    blocks = roofline.roofline_kv_capacity_blocks("h200", "llama70b", 4)
     assert blocks == int((4 * 141e9 * 0.9 - 70.6e9) // (2 * 80 * 8 * 128 * 64))
 
 

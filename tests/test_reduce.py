@@ -190,7 +190,7 @@ def test_itl_quantiles_slo_and_worker_stats_on_a_hand_case():
     from poa_mc.model.spec_cluster import ClusterSpec
     from poa_mc.stats import sketch
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.reduce import _slo_stats, _worker_stats
+    from poa_mc.stats.cell_stats import _slo_stats, _worker_stats
 
     # two replicas of 4 requests; ITL is undefined for the one-token answers (osl = 1)
     itl = np.array([[5.0, 10.0, 99.0, 20.0], [7.0, 8.0, 9.0, 99.0]])
@@ -234,8 +234,8 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.cell_stats import _request_rate
     from poa_mc.stats.intervals import ratio_interval
-    from poa_mc.stats.reduce import _request_rate
     from tests.test_engine_theory import mva_response, queue_cell
 
     spec = queue_cell(1, clients=clients, think_ms=think)
@@ -257,7 +257,7 @@ def test_hit_rates_per_tier_and_onboarding_on_a_hand_case():
     from poa_mc.model.spec import CellSpec
     from poa_mc.model.spec_cluster import ClusterSpec
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.reduce import cell_stats
+    from poa_mc.stats.cell_stats import cell_stats
 
     cluster = ClusterSpec(n_prefill=1, n_decode=2, g2_blocks=100, g3_blocks=100, g2_gbps=10.0, g3_gbps=1.0)
     spec = CellSpec(cluster=cluster)
@@ -294,8 +294,8 @@ def test_open_loop_throughput_covers_the_arrival_rate(rho):
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.cell_stats import _request_rate
     from poa_mc.stats.intervals import ratio_interval
-    from poa_mc.stats.reduce import _request_rate
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
 
@@ -325,7 +325,7 @@ def test_mm1_p99_through_the_kernels_tally_and_the_summary():
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.reduce import cell_stats
+    from poa_mc.stats.cell_stats import cell_stats
     from tests.test_engine_theory import queue_cell
 
     spec = queue_cell(1, rate_rps=80.0, service_ms=10.0)
@@ -344,8 +344,8 @@ def test_identical_replicas_are_flagged_and_their_shares_keep_a_width():
     """A cell whose replicas all come out the same (nothing random drives it) says so; its shares
     still get an interval of nonzero width inside [0, 1] (Clopper-Pearson on the trials), never
     [1, 1]."""
+    from poa_mc.stats.cell_stats import _identical
     from poa_mc.stats.proportions import proportion_interval
-    from poa_mc.stats.reduce import _identical
 
     acc = {"n": np.full(4, 100), "sum_ttft_ms": np.full(4, 5.0), "sum_e2e_ms": np.full(4, 9.0)}
     assert _identical(acc)
@@ -359,8 +359,9 @@ def test_a_ttft_win_bought_with_a_slower_decode_is_flagged():
     """poa.parquet's ttft_win_slows_decode: the best-TTFT policy beats the selfish one clearly, has
     the higher ITL and no lower E2E (the closed-loop effect, docs/outputs.md): flagged. The same
     TTFT win with a clearly lower E2E, or with a lower ITL, is a real win: not flagged."""
+    from poa_mc.stats.cell_stats import CellStats
     from poa_mc.stats.counterfactual import counterfactual_poa
-    from poa_mc.stats.reduce import CellStats, _wins_by_slowing_decode
+    from poa_mc.stats.reduce import _wins_by_slowing_decode
 
     rng = np.random.default_rng(5)
     noise = rng.normal(0.0, 5.0, 32)
@@ -384,7 +385,8 @@ def test_a_ttft_win_bought_with_a_slower_decode_is_flagged():
 def test_the_knee_comes_with_the_load_points_either_side_and_a_reason():
     """summary.parquet's knee_grid_lo/hi bracket the knee by the grid's own load points (the interval
     does not know the curve between them), and knee_reason says why a curve has no knee."""
-    from poa_mc.stats.reduce import CellStats, _knees
+    from poa_mc.stats.cell_stats import CellStats
+    from poa_mc.stats.reduce import _knees
 
     loads = [10, 40, 80, 120, 160, 200, 240]
     rng = np.random.default_rng(3)
@@ -401,3 +403,26 @@ def test_the_knee_comes_with_the_load_points_either_side_and_a_reason():
     assert k["knee_reason"]
     few = _knees(pl.DataFrame(rows[:3]), {r["cell_id"]: stats[r["cell_id"]] for r in rows[:3]}, seed=1, n_boot=200)
     assert few["c0"]["knee_grid_lo"] is None and few["c0"]["knee_reason"].startswith("too few load points")
+
+
+@pytest.mark.parametrize("rate,unstable", [(150.0, True), (80.0, False)])
+def test_an_overloaded_open_loop_reports_its_capacity_not_a_throughput(rate, unstable):
+    """M/M/1 with service 10 ms (capacity 100 req/s): offered 150 req/s the queue grows through the
+    run, the cell is unstable, its capacity interval holds 100 and it has no throughput or TTFT;
+    offered 80 it is stable and reports both as before."""
+    from poa_mc.engine.engine import simulate
+    from poa_mc.model.spec_json import spec_to_json
+    from poa_mc.stats.accumulate import accumulate
+    from poa_mc.stats.cell_stats import cell_stats
+    from tests.test_engine_theory import queue_cell
+
+    spec = queue_cell(1, rate_rps=rate, service_ms=10.0)
+    res = simulate(spec, replicas=32, requests=400, warmup=200, seed=43, stream=0)
+    acc = accumulate(res.samples, res.replica, spec, {"window": 4})
+    row = cell_stats(acc, {"cell_id": "c", "spec_json": spec_to_json(spec)}, {"social_cost": "mean_ttft"}, 200).row
+    assert row["offered_rps"] == rate and row["unstable"] is unstable
+    if unstable:
+        assert row["capacity_rps_lo"] <= 100.0 <= row["capacity_rps_hi"], row
+        assert row["throughput_rps"] is None and row["ttft_p99_ms"] is None and row["warmup_suggested"] is None
+    else:
+        assert "capacity_rps" not in row and row["throughput_rps_lo"] <= rate <= row["throughput_rps_hi"]

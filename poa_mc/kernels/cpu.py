@@ -1,4 +1,8 @@
-"""CPU target: the kernel source compiled with numba.njit; replicas run on parallel threads (no GIL)."""
+"""CPU target: the kernel source compiled with numba.njit; replicas run on parallel threads (no GIL).
+
+About 500 lines: the CPU drivers of the simulation, the tally and PoA-hat's solver, and the host's
+compiled helpers over recorded arrays, which share this target's build settings (inliner budget,
+index codegen) and its on-disk cache."""
 
 from __future__ import annotations
 

@@ -14,6 +14,12 @@ by-step simulation would. Block growth bounds a segment too: it ends before the 
 cannot get its blocks. With ip[P_NAIVE] = 1 every segment is one step, timed step by step, and
 every pass scans its whole running set instead of taking the sums decode_end left (WI_AGG_*): the
 reference the closed form and those sums are tested against.
+
+One file, over 500 lines, because it is one state machine: `build` returns the decode worker's
+functions as closures over the same compiled dependencies (blocks, queues, timing, links), and
+every one of them reads and writes the same rows of a worker's state; split, each part would need
+the others' closures passed in, and the order of a pass (settle, admit, plan the next segment)
+would no longer read in one place.
 """
 
 import math

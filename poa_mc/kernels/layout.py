@@ -57,6 +57,10 @@ Arrays (R = replicas, S = request slots, W = workers, G = prefix groups, Q = que
                                 (one replica's window buffers) is laid out there
 Workers are numbered prefill first (0..NP-1), then decode (NP..NP+ND-1).
 All of them start zeroed (poa_mc/kernels/cpu.py, poa_mc/kernels/cuda.py).
+
+Over 500 lines because it is the one declaration the host packer and both targets' kernels read:
+every index and table of a replica's state, parameters and outputs, in one place so that no two
+of them can be given the same slot unnoticed.
 """
 
 STATE_NAMES = ("slot_i", "slot_f", "wk_i", "wk_f", "pc", "ev", "queue", "run", "heap_t", "heap_c", "rep_i", "rep_f")
@@ -468,7 +472,7 @@ RI_TJ0 = 28  # trace: the replica's first row (timestamps) or first session (clo
 RI_TSESS = 29  # trace, closed replay: sessions started so far
 RI_PWAKE = 30  # 1: a decode worker let go of a prefill worker's KV copy in this instant (decode.py)
 RI_DONE_WIN = 31  # completions (any request) after the first measured arrival and before the last one:
-#                   the open loop's throughput window (poa_mc.stats.reduce)
+#                   the open loop's throughput window (poa_mc.stats.cell_stats)
 RI_RRD = 32  # prefill_first, round robin: the decode choice's own pointer (Dynamo rotates both stages)
 RI_CONN = 33  # client: connections in use
 RI_CPH = 34  # client: ring of requests waiting for a connection (queue row W + 2): head

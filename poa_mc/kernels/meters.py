@@ -1,4 +1,4 @@
-"""Replica-level time integrals: the requests in flight (Little's law: poa_mc.stats.reduce's closed-loop
+"""Replica-level time integrals: the requests in flight (Little's law: poa_mc.stats.cell_stats's closed-loop
 throughput), the completions inside the measured arrivals' window (its open-loop throughput)
 and the workers' busy time, running sequences and held blocks (summary.parquet's utilisation
 columns). Each counts only from the first measured arrival on."""
@@ -23,7 +23,7 @@ def build(jit, jit_inline=None):
     def count_in_flight(ip, rep_i, rep_f, r, t, delta):
         """Requests in flight change by delta at t: RF_INFL gains the old count x the time since the
         last change, once the first measured request has arrived (Little's law: throughput is the
-        mean in flight over the mean time in flight, poa_mc.stats.reduce)."""
+        mean in flight over the mean time in flight, poa_mc.stats.cell_stats)."""
         if rep_i[r, RI_SEQ] > ip[P_WARM]:
             rep_f[r, RF_INFL] += rep_i[r, RI_INFLIGHT] * (t - rep_f[r, RF_INFL_T])
             # a completion between the first and the last measured arrival: the window an open

@@ -29,6 +29,10 @@ A replica's pass (`replica_sums`) adds, after the window's region: floats REAL (
 decisions' realized costs, in window order) and OPTW (each window's OPT), then the pairwise sum's
 stack; ints ORD (its decisions in window order) then the stack. Its result, poa[r] = (ACTUAL,
 OPT, windows), sums them as numpy's row sums do (pairwise, `pairwise_sum`), the host's order.
+
+Over 500 lines because the window solver is one piece: the Hungarian method, the flow solver
+for whole-block prices and the replica pass share one scratch layout (the table above) and are
+built together by `build`; the table is only true if they stay in one file.
 """
 
 import math

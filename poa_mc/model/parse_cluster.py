@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from poa_mc.model import roofline
 from poa_mc.model.profiles import resolve_profile
 from poa_mc.model.sections import ConfigError
 from poa_mc.model.spec_cluster import ClusterSpec
@@ -25,12 +26,55 @@ _CLUSTER_FIELDS = {
 }
 
 
+_KV_FROM_FIELDS = {"gpu": (str, None), "model": (str, None), "tp": (int, None), "dtype": (str, "fp8"),
+                   "memory_fraction": (float, 0.9)}  # fmt: skip
+
+
+def _kv_blocks_from(table: dict, block_size: int) -> int:
+    """A worker's KV blocks from its GPU, model, tensor-parallel size and the share of GPU memory
+    vLLM may use (`[cluster.kv_from]`, poa_mc.model.roofline): the memory left after the weights,
+    in blocks of `block_size` tokens (activations ignored: a lead, docs/grid.md)."""
+    path = "cluster.kv_from"
+    if not isinstance(table, dict):
+        raise ConfigError(path, f"must be a table {{gpu, model, tp[, dtype, memory_fraction]}}, got {table!r}")
+    f = read_fields(table, _KV_FROM_FIELDS, path)
+    for key in ("gpu", "model", "tp"):
+        if f[key] is None:
+            raise ConfigError(f"{path}.{key}", "required")
+    gpu, model = f["gpu"].lower(), roofline.MODEL_ALIASES.get(f["model"].lower(), f["model"].lower())
+    if gpu not in roofline.GPUS:
+        raise ConfigError(f"{path}.gpu", f"must be one of {', '.join(roofline.GPUS)}, got {f['gpu']!r}")
+    if model not in roofline.MODELS:
+        names = ", ".join([*roofline.MODELS, *roofline.MODEL_ALIASES])
+        raise ConfigError(f"{path}.model", f"must be one of {names}, got {f['model']!r}")
+    if f["tp"] < 1:
+        raise ConfigError(f"{path}.tp", f"must be >= 1, got {f['tp']}")
+    if f["dtype"] not in roofline.DTYPE_BYTES:
+        raise ConfigError(f"{path}.dtype", f"must be one of {', '.join(roofline.DTYPE_BYTES)}, got {f['dtype']!r}")
+    if not 0.0 < f["memory_fraction"] <= 1.0:
+        raise ConfigError(f"{path}.memory_fraction", f"must be within (0, 1], got {f['memory_fraction']}")
+    blocks = roofline.roofline_kv_capacity_blocks(
+        gpu, model, f["tp"], dtype=f["dtype"], block_size=block_size, memory_fraction=f["memory_fraction"]
+    )
+    if blocks < 1:
+        raise ConfigError(path, f"the weights of {model} leave no KV memory on {f['tp']} x {gpu}")
+    return blocks
+
+
 def parse_cluster(doc: dict) -> ClusterSpec:
-    table = read_table(doc, "cluster", "cluster")
+    table = dict(read_table(doc, "cluster", "cluster"))
     for key in ("n_prefill", "n_decode"):
         if key in table:
             raise ConfigError(f"cluster.{key}", 'worker counts come from grid.topology ("xP/yD")')
-    spec = ClusterSpec(**read_fields(table, _CLUSTER_FIELDS, "cluster"))
+    kv_from = table.pop("kv_from", None)
+    if kv_from is not None:
+        for key in ("prefill_kv_blocks", "decode_kv_blocks"):
+            if key in table:
+                raise ConfigError(f"cluster.{key}", "given twice: cluster.kv_from derives it; drop one of them")
+    fields = read_fields(table, _CLUSTER_FIELDS, "cluster")
+    if kv_from is not None:
+        fields["prefill_kv_blocks"] = fields["decode_kv_blocks"] = _kv_blocks_from(kv_from, fields["block_size"])
+    spec = ClusterSpec(**fields)
     try:
         spec.validate("cluster")  # before the profile reads block_size, so its errors name cluster.*
     except SpecError as e:

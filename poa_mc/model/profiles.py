@@ -27,12 +27,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from poa_mc.kernels import layout as L
+from poa_mc.model.roofline import (
+    DTYPE_BYTES,
+    GPUS,
+    MODEL_ALIASES,
+    MODELS,
+    ROOFLINE_DEFAULTS,
+    GpuFacts,
+    ModelFacts,
+    kv_bytes_per_token,
+    roofline_coefficients,
+)
 from poa_mc.model.spec_error import SpecError
 from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.model.timing_tables import builtin_tables, for_profile
@@ -77,56 +87,6 @@ def pack_profile(p: ProfileSpec) -> np.ndarray:
     fp[L.F_OVH_REQ] = p.prefill_host_request_ms
     return fp
 
-
-# --- Hardware and model tables: datasheet LEADS (docs/sources.md), not measurements ----------------------------------
-@dataclass(frozen=True)
-class GpuFacts:
-    """One GPU's datasheet figures (leads). Bandwidth in TB/s, peaks in dense PFLOP/s."""
-
-    label: str
-    hbm_gb: float
-    hbm_tbps: float
-    fp8_pflops: float
-    bf16_pflops: float
-    nvlink_tbps: float
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """One model's architecture figures. `params` is the total parameter count."""
-
-    label: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    params: float
-
-
-GPUS: dict[str, GpuFacts] = {
-    "b200": GpuFacts("B200 (HGX)", 192.0, 8.0, 4.5, 2.25, 1.8),
-    "h200": GpuFacts("H200 SXM", 141.0, 4.8, 1.98, 0.99, 0.9),
-    "h100": GpuFacts("H100 SXM", 80.0, 3.35, 1.98, 0.99, 0.9),
-}
-
-MODELS: dict[str, ModelFacts] = {
-    "llama-3.1-70b": ModelFacts("Llama-3.1-70B", 80, 8192, 64, 8, 128, 70.6e9),
-    "nemotron-4-340b": ModelFacts("Nemotron-4-340B", 96, 18432, 96, 8, 192, 341e9),
-}
-# Short spellings used in built-in names and accepted in tables.
-MODEL_ALIASES: dict[str, str] = {"llama70b": "llama-3.1-70b", "nemotron340b": "nemotron-4-340b"}
-
-DTYPE_BYTES: dict[str, int] = {"fp8": 1, "bf16": 2}
-
-# Roofline defaults. Lead figures chosen as typical achieved fractions of peak; NOT fitted to any result.
-ROOFLINE_DEFAULTS: dict[str, Any] = {
-    "dtype": "fp8",
-    "prefill_efficiency": 0.5,  # fraction of dense peak FLOP/s a prefill pass achieves (incl. TP comms)
-    "decode_efficiency": 0.7,  # fraction of HBM bandwidth a decode step achieves
-    "prefill_overhead_ms": 5.0,  # fixed cost per prefill pass: scheduling, launches, sampling (p0)
-    "decode_overhead_ms": 2.0,  # fixed cost per decode step: launches, ~2 TP all-reduces per layer
-}
 
 _ROOFLINE_BUILTINS: tuple[tuple[str, str, int], ...] = (
     ("llama70b", "llama-3.1-70b", 4),
@@ -257,46 +217,6 @@ def _check_keys(table: dict, kind: str, path: str) -> None:
                 f"unknown key for {'an' if kind[0] in 'aeiou' else 'a'} {kind} profile; expected one of "
                 f"{', '.join(sorted(allowed))}",
             )
-
-
-# --- Roofline --------------------------------------------------------------------------------------------------------
-def kv_bytes_per_token(model: ModelFacts, kv_bytes_per_elem: float) -> float:
-    """Bytes of K and V cache per token over the whole model: 2 * layers * kv_heads * head_dim * bytes."""
-    return 2.0 * model.layers * model.kv_heads * model.head_dim * kv_bytes_per_elem
-
-
-def roofline_coefficients(
-    gpu: GpuFacts,
-    model: ModelFacts,
-    tp: int,
-    *,
-    weight_bytes: float,
-    kv_bytes: float,
-    kv_blocks: int,
-    block_size: int,
-    peak_flops: float,
-    prefill_efficiency: float,
-    decode_efficiency: float,
-    prefill_overhead_ms: float,
-    decode_overhead_ms: float,
-) -> dict[str, float]:
-    """Polynomial coefficients (ms) of a roofline profile; see docs/profiles.md for the derivation.
-
-    Prefill: FLOPs(T) = 2*params*T + 4*layers*hidden*T*ctx with ctx = T/2 (causal average over a fresh
-    chunk), i.e. 2*params*T + 2*layers*hidden*T^2, spread over tp GPUs at peak*eff each.
-    Decode: each GPU reads its weight shard and its share of every running sequence's KV once per step.
-    """
-    flops_rate = tp * peak_flops * prefill_efficiency  # FLOP/s of the whole TP group
-    p1 = 2.0 * model.params / flops_rate * 1e3
-    p2 = 2.0 * model.layers * model.hidden / flops_rate * 1e3
-    # Whole-group bandwidth is tp * bw; KV heads are split over min(tp, kv_heads) GPUs and replicated
-    # beyond that, so with tp > kv_heads the KV bytes read per step grow accordingly.
-    bytes_rate = tp * gpu.hbm_tbps * 1e12 * decode_efficiency
-    kv_read_factor = tp / min(tp, model.kv_heads)
-    capacity_tokens = kv_blocks * block_size
-    d1 = capacity_tokens * kv_bytes * kv_read_factor / bytes_rate * 1e3
-    d0 = model.params * weight_bytes / bytes_rate * 1e3 + decode_overhead_ms
-    return {"p2": p2, "p1": p1, "p0": prefill_overhead_ms, "d2": 0.0, "d1": d1, "d0": d0}
 
 
 def _resolve_roofline(table: dict, path: str, name: str, kv_blocks: int, block_size: int) -> ProfileSpec:
@@ -553,17 +473,3 @@ def load(name: str, *, kv_blocks: int = 16384, block_size: int = 64, **overrides
     notebook: `load("aic-b200-llama70b-fp8-tp4-vllm").decode_ms(64, 2048)`."""
     table = {"name": name, **overrides}
     return Timing(resolve_profile(table, kv_blocks=kv_blocks, block_size=block_size), kv_blocks, block_size)
-
-
-def roofline_kv_capacity_blocks(
-    gpu: str, model: str, tp: int, *, dtype: str = "fp8", block_size: int = 64, memory_fraction: float = 0.9
-) -> int:
-    """Blocks of KV cache a TP group of `gpu` can hold after the weights (a lead, for choosing kv_blocks).
-
-    memory_fraction of HBM is usable (vLLM's gpu_memory_utilization default); activations are ignored.
-    """
-    g, m = GPUS[gpu.lower()], MODELS[MODEL_ALIASES.get(model.lower(), model.lower())]
-    free = tp * g.hbm_gb * 1e9 * memory_fraction - m.params * DTYPE_BYTES[dtype]
-    # Beyond tp = kv_heads the KV heads are replicated, so each token costs more memory in total.
-    per_block = kv_bytes_per_token(m, DTYPE_BYTES[dtype]) * block_size * tp / min(tp, m.kv_heads)
-    return max(0, int(free // per_block))

@@ -282,12 +282,30 @@ def ttft_p99_figure(summary: pl.DataFrame, *, selfish: str | None = None, replic
         ax.grid(True, which="major", alpha=0.35)
         ax.grid(True, which="minor", alpha=0.12)
     lo, hi = axes[0].get_ylim()
+    marked = _mark_unstable(axes, topologies, summary, load)
     for ax in axes:
         _log_ticks(ax.yaxis, lo, hi)
     note = "95% bands across replicas" if bands else no_interval_note(replicas)
+    if marked:
+        note += "; x: unstable (arrivals beyond capacity: no steady-state TTFT)"
     fig.suptitle(f"Time to first token, 99th percentile of each cell's requests\n{note}", fontsize=11)
     _legend_below(fig, axes, ncol=4)
     return fig
+
+
+def _mark_unstable(axes: list, topologies: list, summary: pl.DataFrame, load: str) -> bool:
+    """An x at the top of a panel at each load where some policy's cell is unstable (an open loop
+    beyond capacity: its TTFT has no steady-state value, so its line stops there)."""
+    if "unstable" not in summary.columns:
+        return False
+    marked = False
+    for ax, topo in zip(axes, topologies):
+        over = summary.filter((pl.col("topology") == topo) & pl.col("unstable").fill_null(False))
+        if over.height:
+            x = np.unique(_floats(over[load]))
+            ax.plot(x, np.full(len(x), 0.97), "x", color="black", ms=7, transform=ax.get_xaxis_transform())
+            marked = True
+    return marked
 
 
 def pareto_figure(summary: pl.DataFrame, *, selfish: str | None = None) -> Figure:

@@ -161,14 +161,15 @@ def results_table(summary: Any, poa: Any, selfish: str) -> Any:
     for r in shown.iter_rows(named=True):
         load = r[load_col]
         poa_cf = cf.get((r["topology"], load)) if r["policy"] == selfish else None
+        unstable = bool(r.get("unstable"))  # an overloaded open loop: no steady state to report
         table.add_row(
             r["topology"],
             f"{load:g}" if isinstance(load, float) else str(load),
             r["policy"] + (" *" if r["policy"] == selfish else ""),
-            _num(r.get("ttft_p50_ms")),
-            _num(r.get("ttft_p99_ms")),
+            "unstable" if unstable else _num(r.get("ttft_p50_ms")),
+            "unstable" if unstable else _num(r.get("ttft_p99_ms")),
             _num(r.get("itl_mean_ms"), 2),
-            _num(r.get("throughput_rps"), 2),
+            f"cap {_num(r.get('capacity_rps'), 2)}" if unstable else _num(r.get("throughput_rps"), 2),
             _interval(r.get("poa_hat"), r.get("poa_hat_lo"), r.get("poa_hat_hi")),
             _interval(*poa_cf) if poa_cf else "",
         )
@@ -207,6 +208,16 @@ def summary_notes(summary: Any, warmup: int) -> list[str]:
             "under-cover near saturation, where a run's tail comes from a few busy periods (docs/outputs.md, "
             '"What the intervals cover")'
         )
+    if "unstable" in summary.columns:
+        over = summary.filter(pl.col("unstable").fill_null(False))
+        if over.height:
+            first = over.row(0, named=True)
+            out.append(
+                f"warning: {over.height} of {summary.height} cells are unstable: their arrival rate exceeds what the "
+                f"cluster completes (e.g. {first['topology']} {first['policy']} at rate {first['rate']:g}: it "
+                f"completes {first['capacity_rps']:.3g} req/s), so their queues grow through the run; they report "
+                "their capacity (capacity_rps), no throughput and no steady-state latency (summary.parquet: unstable)"
+            )
     if "replicas_identical" in summary.columns:
         same = summary.filter(pl.col("replicas_identical"))
         if same.height:
@@ -236,9 +247,12 @@ def best_policy_lines(poa: Any) -> list[str]:
         parts = []
         for k, name in (("ttft", "TTFT"), ("e2e", "E2E")):
             best = r[f"best_policy_{k}"]
-            if best:
+            if best == r["selfish_policy"]:
+                parts.append(f"best on {name}: {best} (the selfish policy)")
+            elif best:
                 margin = _interval(r[f"poa_cf_{k}"], r[f"poa_cf_{k}_lo"], r[f"poa_cf_{k}_hi"])
-                parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin})")
+                tie = ": a tie" if r[f"poa_cf_{k}_lo"] is not None and r[f"poa_cf_{k}_lo"] <= 1.0 else ""
+                parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin}{tie})")
         if parts:
             out.append(f"{at}: " + "; ".join(parts))
     if len(rows) > MAX_BEST_LINES:

@@ -328,7 +328,7 @@ def run_grid(
     last_end = 0.0  # when the cell before this one had its accumulators
     # each written cell's statistics, worked out beside the next cell's simulation: the summary at
     # the end takes them instead of reading the accumulators back (bench/NOTES.md)
-    from poa_mc.stats.reduce import CellStats, cell_stats
+    from poa_mc.stats.cell_stats import CellStats, cell_stats
 
     rows = {row["cell_id"]: row for row in cell_rows.iter_rows(named=True)}
     stats: dict[str, CellStats] = {}

@@ -8,7 +8,7 @@ candidates by the same solver.
 
 Every interval poa-mc reports is taken across replicas, so a replica's requests enter the summary
 only through these numbers. The table below is the one definition of the accumulator row
-(`accumulate` fills it, `poa_mc.stats.reduce` reads it):
+(`accumulate` fills it, `poa_mc.stats.cell_stats` reads it):
 
 | column                         | dtype        | per replica, over its measured requests       |
 |--------------------------------|--------------|-----------------------------------------------|

@@ -5,7 +5,7 @@ does not apply to a cell (a `[client]` figure without a client, a tier's hit rat
 a figure the reducer works out but nobody declared is an error, not a silent extra column.
 docs/outputs.md describes each one (tests/test_docs.py checks that they agree).
 
-A new summary figure is one `Col` here and its arithmetic in poa_mc.stats.reduce.cell_stats."""
+A new summary figure is one `Col` here and its arithmetic in poa_mc.stats.cell_stats.cell_stats."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ IDENTITY = (
     Col("policy_kind", S),
 )  # fmt: skip
 
-# what poa_mc.stats.reduce.cell_stats works out for a cell, and the knee analysis adds
+# what poa_mc.stats.cell_stats.cell_stats works out for a cell, and the knee analysis adds
 SUMMARY_FIGURES = (
     Col("replicas", INT), Col("requests", INT),
     *_ms("ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_p99_run_ms"),
@@ -48,6 +48,7 @@ SUMMARY_FIGURES = (
     *_ms("prefill_wait_mean_ms", "decode_wait_mean_ms", "client_wait_mean_ms", "server_ttft_mean_ms"),
     *_ms("transfer_mean_ms"),
     Col("throughput_rps", F, "1/s", True), Col("output_tps", F, "tokens/s", True),
+    Col("offered_rps", F, "1/s"), Col("unstable", B), Col("capacity_rps", F, "1/s", True),
     Col("hit_rate", F, "share", True),
     *(Col(f"hit_rate_g{k}", F, "share", True) for k in (1, 2, 3, 4)),
     Col("onboard_ms_mean", F, "ms", True),
@@ -74,7 +75,7 @@ POA = (
     Col("poa_cf", F, "", True), Col("best_policy", S), Col("social_cost_selfish", F), Col("social_cost_best", F),
     Col("policies", INT),
     Col("poa_cf_ttft", F, "", True), Col("poa_cf_e2e", F, "", True), Col("best_policy_ttft", S),
-    Col("best_policy_e2e", S), Col("ttft_win_slows_decode", B),
+    Col("best_policy_e2e", S), Col("ttft_win_slows_decode", B), Col("unstable", B),
     Col("regime", S), Col("knee", F), Col("knee_lo", F), Col("knee_hi", F),
     Col("knee_grid_lo", F), Col("knee_grid_hi", F), Col("knee_reason", S),
 )  # fmt: skip
