@@ -28,10 +28,13 @@ def tier_cells() -> dict[str, object]:
     leaves them bit-identical did not move the tiers' model."""
     from dataclasses import replace
 
-    from poa_mc.model.spec import CellSpec
-    from poa_mc.model.spec_cluster import ClusterSpec
-    from poa_mc.model.spec_policy import PolicySpec
-    from poa_mc.model.spec_workload import Dist, WorkloadSpec
+    try:
+        from poa_mc.model.spec import CellSpec
+        from poa_mc.model.spec_cluster import ClusterSpec
+        from poa_mc.model.spec_policy import PolicySpec
+        from poa_mc.model.spec_workload import Dist, WorkloadSpec
+    except ImportError:  # an older commit, its specs in one module (bench/at_commit.py)
+        from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
     wl = WorkloadSpec(isl=Dist("uniform", low=64, high=1800), osl=Dist("fixed", 24), prefix_groups=24,
                       popularity="zipf", zipf_alpha=0.9, prefix_ratio=0.6, concurrency=6)  # fmt: skip
@@ -49,10 +52,13 @@ def tier_cells() -> dict[str, object]:
 def policy_cells() -> dict[str, object]:
     """Every candidate-picking policy on each flow (kv also at temperature 0.7): a change that
     leaves them bit-identical did not move router.py's choices or their random draws."""
-    from poa_mc.model.spec import CellSpec
-    from poa_mc.model.spec_cluster import ClusterSpec
-    from poa_mc.model.spec_policy import PolicySpec
-    from poa_mc.model.spec_workload import Dist, WorkloadSpec
+    try:
+        from poa_mc.model.spec import CellSpec
+        from poa_mc.model.spec_cluster import ClusterSpec
+        from poa_mc.model.spec_policy import PolicySpec
+        from poa_mc.model.spec_workload import Dist, WorkloadSpec
+    except ImportError:  # an older commit, its specs in one module (bench/at_commit.py)
+        from poa_mc.model.spec import CellSpec, ClusterSpec, Dist, PolicySpec, WorkloadSpec
 
     wl = WorkloadSpec(isl=Dist("uniform", low=256, high=2048), osl=Dist("fixed", 16), prefix_groups=8,
                       prefix_ratio=0.5, concurrency=24)  # fmt: skip
