@@ -202,3 +202,24 @@ def test_a_poa_hat_below_one_is_said_not_to_beat_the_optimum(reduced):
     assert note not in _texts(poa_vs_load_figure(poa.with_columns(pl.lit(1.3).alias("poa_hat"))))
     dipped = poa.with_columns(pl.lit(0.93).alias("poa_hat"))  # the paper's frozen flavour can do this
     assert note in _texts(poa_vs_load_figure(dipped))
+
+
+def test_the_winner_is_named_even_among_many_kv_settings():
+    """More kv settings than a legend names: the one with the lowest TTFT P99 at some load is drawn
+    in colour and its label says where it wins, never one of the grey lines (issue: kv-t1 hidden)."""
+    from poa_mc.plots.run_figures import _lowest
+    from poa_mc.plots.style import _policy_styles
+
+    names = [f"kv-{i}" for i in range(12)]
+    rows = [
+        {"topology": "2P/8D", "concurrency": c, "policy": p, "policy_kind": "kv",
+         "ttft_p99_ms": 100.0 + i - (50.0 if (p == "kv-9" and c >= 120) else 0.0)}
+        for c in (40, 120, 160) for i, p in enumerate(names)
+    ]  # fmt: skip
+    summary = pl.DataFrame(rows)
+    best = _lowest(summary, "ttft_p99_ms", "concurrency")
+    assert best == {"kv-0": 1, "kv-9": 2}
+    styles = _policy_styles(summary, "kv-0", best)
+    assert styles["kv-9"]["color"] != "grey" and styles["kv-9"]["label"] == "kv-9 (best at 2 loads)"
+    assert styles["kv-0"]["label"] == "kv-0 (selfish) (best at 1 load)"
+    assert styles["kv-5"]["color"] == "grey"

@@ -253,7 +253,7 @@ def ttft_p99_figure(summary: pl.DataFrame, *, selfish: str | None = None, replic
     """TTFT P99 against load, one line per policy, one panel per topology, on one y-scale."""
     load, xlabel, _ = _load_col(summary)
     topologies = summary["topology"].unique(maintain_order=True).to_list()
-    styles = _policy_styles(summary, selfish)
+    styles = _policy_styles(summary, selfish, _lowest(summary, "ttft_p99_ms", load))
     bands = has_intervals(summary, ("ttft_p99_ms",))
     fig, axes = _panels(len(topologies), sharey=True)
     all_loads = _floats(summary[load])
@@ -291,6 +291,15 @@ def ttft_p99_figure(summary: pl.DataFrame, *, selfish: str | None = None, replic
     fig.suptitle(f"Time to first token, 99th percentile of each cell's requests\n{note}", fontsize=11)
     _legend_below(fig, axes, ncol=4)
     return fig
+
+
+def _lowest(summary: pl.DataFrame, metric: str, load: str) -> dict[str, int]:
+    """Per policy, at how many (topology, load) points it has the lowest `metric`."""
+    d = summary.filter(pl.col(metric).is_not_null() & pl.col(metric).is_not_nan())
+    if not d.height:
+        return {}
+    top = d.sort(metric).group_by(["topology", load], maintain_order=True).first()
+    return dict(top.group_by("policy").len().iter_rows())
 
 
 def _mark_unstable(axes: list, topologies: list, summary: pl.DataFrame, load: str) -> bool:

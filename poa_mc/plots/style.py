@@ -213,11 +213,15 @@ def _set_load_axis(ax: Axes, x: np.ndarray, width_in: float) -> None:
     ax.tick_params(axis="x", labelsize=8)
 
 
-def _policy_styles(frame: pl.DataFrame, selfish: str | None) -> dict[str, dict[str, Any]]:
+def _policy_styles(
+    frame: pl.DataFrame, selfish: str | None, best: dict[str, int] | None = None
+) -> dict[str, dict[str, Any]]:
     """Colour, marker, width and legend label per policy, in grid order.
 
-    All policies are named when few; else the non-kv kinds (adaptive, oracle, ...), the selfish
-    policy and the first kv policy, up to _NAMED_MAX, and the rest share one grey legend entry.
+    All policies are named when few; else the selfish policy, the policies `best` names (a
+    figure's winner at some load: `best[policy]` loads, said in its label), the non-kv kinds
+    (adaptive, oracle, ...) and the first kv policy, up to _NAMED_MAX, and the rest share one grey
+    legend entry: a winner is never one of the grey lines.
     Earlier named lines are drawn wider so that a later one on top of them leaves them visible,
     and the selfish policy dashed above all.
     """
@@ -229,7 +233,10 @@ def _policy_styles(frame: pl.DataFrame, selfish: str | None) -> dict[str, dict[s
         named = policies
     else:
         first_kv = next((p for p in policies if kinds.get(p) == "kv"), policies[0])
-        named = [p for p in policies if p in (first_kv, selfish) or kinds.get(p) != "kv"][:_NAMED_MAX]
+        winners = sorted((best or {}), key=lambda p: -(best or {})[p])
+        order = [selfish, *winners, *(p for p in policies if kinds.get(p) != "kv"), first_kv]
+        keep = list(dict.fromkeys(p for p in order if p in policies))[:_NAMED_MAX]
+        named = [p for p in policies if p in keep]
     colours = rcParams["axes.prop_cycle"].by_key()["color"]
     styles: dict[str, dict[str, Any]] = {}
     grey_label = f"{len(policies) - len(named)} other kv settings"
@@ -247,6 +254,9 @@ def _policy_styles(frame: pl.DataFrame, selfish: str | None) -> dict[str, dict[s
             if pol == selfish:  # dashed on top: visible where a baseline draws the same curve
                 styles[pol].update(linestyle=(0, (4, 2)), linewidth=1.6, zorder=4 + _NAMED_MAX)
                 styles[pol]["label"] = f"{pol} (selfish)"
+            if best and best.get(pol) and len(policies) > 2:
+                n = best[pol]
+                styles[pol]["label"] += f" (best at {n} load{'s' if n > 1 else ''})"
         else:
             styles[pol] = dict(color="grey", alpha=0.5, linewidth=0.8, zorder=2, label=grey_label)
             grey_label = "_"  # one legend entry for all grey lines
