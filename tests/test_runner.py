@@ -6,8 +6,9 @@ import threading
 import pytest
 
 from poa_mc.engine.engine import EngineError
-from poa_mc.io.store import RunDir
+from poa_mc.io.store import RunDir, RunDirError
 from poa_mc.model.config import loads_grid
+from poa_mc.model.sections import ConfigError
 from poa_mc.run import runner
 from tests import fake_engine
 from tests.grids_for_tests import SMALL
@@ -184,3 +185,27 @@ def test_runs_killed_at_random_moments_and_resumed_equal_an_uninterrupted_run(tm
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["kills"] >= 8 and got["mismatches"] == 0 and got["failures"] == [], got
+
+
+def test_a_warm_up_that_follows_the_load_lets_resume_add_higher_loads(tmp_path):
+    """[run] warmup_per_client: each closed-loop cell warms up max(warmup, k x C) requests; a grid
+    grown by a higher load resumes (the cells run keep their warm-up) and the new cell gets its own."""
+    seen = {}
+
+    def simulate(spec, **kw):
+        seen[spec.workload.concurrency] = kw["warmup"]
+        return fake_engine.simulate(spec, **kw)
+
+    grid = SMALL.replace("warmup = 8", "warmup = 8\nwarmup_per_client = 2")
+    out = tmp_path / "out"
+    runner.run_grid(loads_grid(grid), out=out, simulate=simulate, quiet=True)
+    assert seen == {4: 8, 32: 64}
+    seen.clear()
+    grown = grid.replace("concurrency = [4, 32]", "concurrency = [4, 32, 48]")
+    report = runner.run_grid(loads_grid(grown), out=out, simulate=simulate, quiet=True, resume=True)
+    assert seen == {48: 96} and len(report.ran) == 4 and len(report.skipped) == 8
+    with pytest.raises(RunDirError, match="run.warmup_per_client 2 there, 3 here"):
+        runner.run_grid(loads_grid(grown.replace("warmup_per_client = 2", "warmup_per_client = 3")), out=out,
+                        simulate=simulate, quiet=True, resume=True)  # fmt: skip
+    with pytest.raises(ConfigError, match="run.warmup_per_client"):
+        loads_grid(grid.replace("warmup_per_client = 2", "warmup_per_client = -1"))

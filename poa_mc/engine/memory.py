@@ -136,7 +136,8 @@ def check_memory(cells: list[Cell], run: RunSection, available: int | None = Non
     avail = available_memory() if available is None else available
     gib = 2**30
     for cell in cells:
-        plan = memory_plan(cell.spec, replicas=run.replicas, requests=run.requests, warmup=run.warmup)
+        warmup = run.warmup_for(cell.concurrency)
+        plan = memory_plan(cell.spec, replicas=run.replicas, requests=run.requests, warmup=warmup)
         if plan["state"] > avail // 2:
             key = _STATE_KEYS.get(plan["largest"], "run.requests")
             raise ConfigError(

@@ -189,7 +189,7 @@ class RunDir:
         already on disk is a cell of the new grid, simulated exactly as the new grid would."""
         if old.get("sim_key") is None or old.get("sim_key") != new.get("sim_key"):
             why = []
-            for key in ("seed", "replicas", "requests", "warmup", "drain"):
+            for key in ("seed", "replicas", "requests", "warmup", "warmup_per_client", "drain"):
                 a, b = old.get("grid", {}).get("run", {}).get(key), new["grid"]["run"].get(key)
                 if a != b:
                     why.append(f"run.{key} {a} there, {b} here")
@@ -219,7 +219,7 @@ class RunDir:
             why.append(f"seed {old.get('seed')} there, {new.get('seed')} here")
         # the run's Monte Carlo sizes by name: a changed warm-up also moves the loads it was checked
         # against, and the first difference in the grid would name those instead
-        for key in ("replicas", "requests", "warmup", "drain"):
+        for key in ("replicas", "requests", "warmup", "warmup_per_client", "drain"):
             a, b = old.get("grid", {}).get("run", {}).get(key), new.get("grid", {}).get("run", {}).get(key)
             if a != b:
                 why.append(f"run.{key} {a} there, {b} here")

@@ -106,18 +106,18 @@ def grid_warnings(grid: GridConfig) -> list[str]:
     out = []
     if grid.load_axis == "concurrency" and grid.loads:
         c = int(max(grid.loads))
-        if grid.run.warmup < 2 * c:
+        if grid.run.warmup_for(c) < 2 * c:
             out.append(
-                f"run.warmup = {grid.run.warmup} is below twice the largest concurrency ({c}): all clients send "
-                f"their first requests together at t = 0, and that start-up burst will be measured; "
-                f"use warmup >= {2 * c}"
+                f"run.warmup = {grid.run.warmup_for(c)} is below twice the largest concurrency ({c}): all clients "
+                f"send their first requests together at t = 0, and that start-up burst will be measured; "
+                f"use warmup >= {2 * c}, or run.warmup_per_client = 2 (a warm-up that grows with the load)"
             )
         tr = grid.workload.trace
         if tr is not None and tr.replay == "closed" and tr.sessions:
             # every client starts a session at t = 0: the cluster only settles once the first
             # sessions have run through their turns
             want = c * math.ceil(tr.rows / tr.sessions)
-            if grid.run.warmup < want and grid.run.warmup >= 2 * c:
+            if grid.run.warmup < want and grid.run.warmup_for(c) >= 2 * c:
                 out.append(
                     f"run.warmup = {grid.run.warmup}: the {c} clients of this closed replay all start a session at "
                     f"t = 0 and its sessions average {tr.rows / tr.sessions:.1f} turns; the start-up transient lasts "

@@ -103,6 +103,8 @@ class GridConfig:
             d["workload"].pop("client")  # and a grid without [client]
         if not self.run.drain:
             d["run"].pop("drain")  # and a run that keeps the load on
+        if not self.run.warmup_per_client:
+            d["run"].pop("warmup_per_client")  # and one warm-up for every cell
         if self.workload.trace is None:
             d["workload"].pop("trace")  # and a synthetic workload
         else:  # a replayed trace: its lengths and location follow from the file's digest
@@ -255,7 +257,7 @@ def estimate_cost(cell: Cell, run: RunSection) -> float:
     workers (router costs, the next event among workers), hence the mild worker term.
     """
     workers = cell.spec.cluster.n_workers()
-    return float(run.replicas * (run.requests + run.warmup)) * (1.0 + 0.25 * workers)
+    return float(run.replicas * (run.requests + run.warmup_for(cell.concurrency))) * (1.0 + 0.25 * workers)
 
 
 def assign_shards(cells: list[Cell], n: int, run: RunSection | None = None) -> list[int]:

@@ -13,7 +13,7 @@ from typing import Any
 from poa_mc.model.sections import BACKENDS, INT32_MAX, INT64_MAX, ConfigError, RunSection
 from poa_mc.model.toml_fields import check_choice, check_keys, check_positive, read_fields, read_table
 
-_RUN_FIELDS = ("name", "seed", "replicas", "requests", "warmup", "backend", "out", "drain")
+_RUN_FIELDS = ("name", "seed", "replicas", "requests", "warmup", "backend", "out", "drain", "warmup_per_client")
 
 
 def parse_run(doc: dict) -> RunSection:
@@ -32,6 +32,7 @@ def parse_run(doc: dict) -> RunSection:
             "backend": (str, "auto"),
             "out": (str, ""),
             "drain": (bool, False),
+            "warmup_per_client": (int, 0),
         },
         "run",
     )
@@ -42,6 +43,7 @@ def parse_run(doc: dict) -> RunSection:
     check_positive(f["replicas"], "run.replicas")
     check_positive(f["requests"], "run.requests")
     check_positive(f["warmup"], "run.warmup", allow_zero=True)
+    check_positive(f["warmup_per_client"], "run.warmup_per_client", allow_zero=True)
     # the kernels index a replica's requests and the replicas with 32-bit integers
     if f["replicas"] > INT32_MAX:
         raise ConfigError("run.replicas", f"must be at most {INT32_MAX:,}, got {f['replicas']:,}")

@@ -62,6 +62,16 @@ class RunSection:
     # arrives after the measured ones, so the load falls away at the end (default: it stays on
     # until the last measured request ends)
     drain: bool = False
+    # a closed loop's warm-up grows with its load: each cell warms up max(warmup, this x concurrency)
+    # requests per replica, so a grid can add higher loads later (--resume) without a new warm-up
+    # for the cells already run (0: every cell the same `warmup`)
+    warmup_per_client: int = 0
+
+    def warmup_for(self, concurrency: int | None) -> int:
+        """The warm-up requests per replica of a cell at this concurrency (None: an open loop)."""
+        if concurrency is None or not self.warmup_per_client:
+            return self.warmup
+        return max(self.warmup, self.warmup_per_client * int(concurrency))
 
     def keep(self) -> int | None:
         """Measured requests of each replica the samples keep (None: all)."""

@@ -172,12 +172,13 @@ def find_capacities(grid: GridConfig, targets: list[Target], simulate: Callable[
             spec = at_load(cell.spec, axis, load)
             spec.validate()
             stream = point_stream(cell.n_prefill, cell.n_decode, axis, load)
+            warm = r.warmup_for(int(load) if axis == "concurrency" else None)
             res = simulate(
-                spec, replicas=r.replicas, requests=r.requests, warmup=r.warmup, seed=r.seed, stream=stream,
+                spec, replicas=r.replicas, requests=r.requests, warmup=warm, seed=r.seed, stream=stream,
                 backend=backend, record_candidates=False,
             )  # fmt: skip
             acc = accumulate(res.samples, res.replica, spec, poa, None, res.extra)
-            row = cell_stats(acc, {"cell_id": "probe", "spec_json": spec_to_json(spec)}, poa, r.warmup).row
+            row = cell_stats(acc, {"cell_id": "probe", "spec_json": spec_to_json(spec)}, poa, warm).row
             return judge(row, targets, load)
 
         status, probes = bisect(probe, lo, hi, integer=axis == "concurrency")

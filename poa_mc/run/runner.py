@@ -75,7 +75,10 @@ def sim_key(grid: GridConfig) -> str:
     seed, Monte Carlo sizes and poa-mc's version. Cells of two grids with equal sim keys and cell
     ids are the same simulation, which is what lets --resume grow a grid."""
     r = grid.run
-    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__, *(["drain"] if r.drain else [])])
+    extra = [*(["drain"] if r.drain else [])]
+    if r.warmup_per_client:  # keys that were not there keep the sim keys of runs written before them
+        extra.append(["warmup_per_client", r.warmup_per_client])
+    blob = json.dumps([r.seed, r.replicas, r.requests, r.warmup, poa_mc.__version__, *extra])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -356,7 +359,7 @@ def run_grid(
         report.ran.append(cell.cell_id)
         console.cell_done(cell.label(), cost, simulated, cell_s)
         try:
-            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg, r.warmup)
+            stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg, r.warmup_for(cell.concurrency))
         except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
             pass
 
@@ -394,7 +397,7 @@ def run_grid(
                     cell.spec,
                     replicas=r.replicas,
                     requests=r.requests,
-                    warmup=r.warmup,
+                    warmup=r.warmup_for(cell.concurrency),
                     seed=r.seed,
                     stream=cell.stream,
                     backend=backend,
@@ -412,7 +415,7 @@ def run_grid(
             simulated = (
                 float(np.sum(res.replica["simulated"]))
                 if "simulated" in res.replica
-                else float(r.replicas * (r.requests + r.warmup))
+                else float(r.replicas * (r.requests + r.warmup_for(cell.concurrency)))
             )
             meta = {
                 "fingerprint": fp,

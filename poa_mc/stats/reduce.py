@@ -9,6 +9,7 @@ stream, so reducing the same run twice gives the same bytes (the resume guarante
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import polars as pl
 
 from poa_mc.io.files import atomic_write_parquet
 from poa_mc.io.store import RunDir, RunDirError
+from poa_mc.model.sections import RunSection
 from poa_mc.model.spec_json import spec_from_json
 from poa_mc.stats import columns
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
@@ -124,10 +126,13 @@ def reduce_run(
     stats = {}
     todo = [c for c in cells.sort("index").iter_rows(named=True) if c["cell_id"] in on_disk]
     wanted = settings(poa, slo)
+    fields = {f.name for f in dataclasses.fields(RunSection)}
+    run = RunSection(**{k: v for k, v in manifest["grid"]["run"].items() if k in fields})
     for i, cell in enumerate(todo):
         cid = cell["cell_id"]
+        warm = run.warmup_for(cell.get("concurrency"))  # the cell's own warm-up
         stats[cid] = given.get(cid) or cell_stats(
-            _cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa, int(manifest["grid"]["run"]["warmup"])
+            _cell_acc(run_dir, cell, poa, slo, wanted, overrides), cell, poa, warm
         )
         if progress is not None:
             progress(i + 1, len(todo))
