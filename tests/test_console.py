@@ -136,3 +136,30 @@ def test_best_policy_lines_name_both_winners_and_warn_on_a_decode_slowing_win():
     assert "best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv (the selfish policy)" in lines[1]
     assert len(lines) == 3 and lines[2].startswith("warning: at 2P/8D C=160, kv-t1 beats kv on TTFT only by")
     assert best_policy_lines(poa.with_columns(pl.lit(False).alias("ttft_win_slows_decode")))[-1].startswith("2P/8D")
+
+
+def test_policies_identical_at_every_load_are_said_to_change_nothing():
+    from poa_mc.run.console import identical_policy_notes
+
+    rows = [
+        {"index": i, "topology": "2P/8D", "policy": p, "ttft_mean_ms": t, "e2e_mean_ms": 2 * t, "hit_rate": 0.5}
+        for i, (p, t) in enumerate([("kv", 1.0), ("kv-w0", 1.0), ("rr", 1.5), ("kv", 2.0), ("kv-w0", 2.0), ("rr", 2.0)])
+    ]
+    (note,) = identical_policy_notes(pl.DataFrame(rows))
+    assert note.startswith("note: at 2P/8D, policies kv, kv-w0 gave identical results at every load")
+    rows[4]["ttft_mean_ms"] = 2.5  # differs at one load: not identical
+    assert identical_policy_notes(pl.DataFrame(rows)) == []
+
+
+def test_the_knee_line_names_the_grid_points_around_it_or_why_there_is_none():
+    from poa_mc.run.console import _knee_lines
+
+    rows = [
+        {"topology": "2P/8D", "selfish_policy": "kv", "knee": 108.2, "knee_lo": 108.0, "knee_hi": 109.1,
+         "knee_grid_lo": 80.0, "knee_grid_hi": 120.0, "knee_reason": "knee detected"},
+        {"topology": "3P/7D", "selfish_policy": "kv", "knee": float("nan"), "knee_lo": None, "knee_hi": None,
+         "knee_grid_lo": None, "knee_grid_hi": None, "knee_reason": "no saturated regime: the slope is still rising"},
+    ]  # fmt: skip
+    a, b = _knee_lines(rows, "concurrency", "C")
+    assert a.startswith("2P/8D knee (kv): C=108.2 [108, 109.1], between the load points 80 and 120 (add loads")
+    assert b == "3P/7D knee (kv): none found: no saturated regime: the slope is still rising"

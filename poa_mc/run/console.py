@@ -218,6 +218,7 @@ def summary_notes(summary: Any, warmup: int) -> list[str]:
                 f"completes {first['capacity_rps']:.3g} req/s), so their queues grow through the run; they report "
                 "their capacity (capacity_rps), no throughput and no steady-state latency (summary.parquet: unstable)"
             )
+    out += identical_policy_notes(summary)
     if "replicas_identical" in summary.columns:
         same = summary.filter(pl.col("replicas_identical"))
         if same.height:
@@ -257,6 +258,7 @@ def best_policy_lines(poa: Any) -> list[str]:
             out.append(f"{at}: " + "; ".join(parts))
     if len(rows) > MAX_BEST_LINES:
         out.append(f"... {len(rows) - MAX_BEST_LINES} more points: poa.parquet (best_policy_ttft, best_policy_e2e)")
+    out += _knee_lines(rows, load_col, tag)
     for r in rows:
         if r.get("ttft_win_slows_decode"):
             load = r[load_col]
@@ -266,6 +268,48 @@ def best_policy_lines(poa: Any) -> list[str]:
                 "of the prefill queue and serves no one sooner (docs/outputs.md, TTFT against end-to-end latency)"
             )
     return out
+
+
+def _knee_lines(rows: list[dict], load_col: str, tag: str) -> list[str]:
+    """One line per topology: the selfish policy's knee, with the load points either side of it
+    (the grid's resolution, which its interval does not include), or why there is none."""
+    out, seen = [], set()
+    for r in rows:
+        topo = r["topology"]
+        if topo in seen or "knee_reason" not in r:
+            continue
+        seen.add(topo)
+        k = r.get("knee")
+        if k is not None and math.isfinite(k) and r.get("knee_grid_lo") is not None:
+            out.append(
+                f"{topo} knee ({r['selfish_policy']}): {tag}={k:.4g} [{r['knee_lo']:.4g}, {r['knee_hi']:.4g}], between "
+                f"the load points {r['knee_grid_lo']:g} and {r['knee_grid_hi']:g} (add loads there to place it closer)"
+            )
+        elif r.get("knee_reason"):
+            out.append(f"{topo} knee ({r['selfish_policy']}): none found: {r['knee_reason']}")
+    return out
+
+
+def identical_policy_notes(summary: Any) -> list[str]:
+    """Policies whose cells came out the same as another policy's at every load of a topology: a
+    setting that changes nothing there (an overlap weight, once every worker caches every prefix),
+    said so that it is not taken for a bug."""
+    keys = [c for c in ("ttft_mean_ms", "e2e_mean_ms", "hit_rate") if c in summary.columns]
+    if not keys or not summary.height:
+        return []
+    out = []
+    for (topo,), d in summary.group_by(["topology"], maintain_order=True):
+        sig: dict[tuple, list[str]] = {}
+        d = d.sort("index" if "index" in d.columns else "policy")
+        for (pol,), p in d.group_by(["policy"], maintain_order=True):
+            sig.setdefault(tuple(p.select(keys).rows()), []).append(pol)
+        for same in sig.values():
+            if len(same) > 1:
+                out.append(
+                    f"note: at {topo}, policies {', '.join(same)} gave identical results at every load: their "
+                    "settings change nothing there (e.g. an overlap weight once every worker caches every prefix)"
+                )
+    return out[:3]
 
 
 def print_results(summary: Any, poa: Any, selfish: str, stream: TextIO | None = None) -> None:
