@@ -426,3 +426,16 @@ def test_an_overloaded_open_loop_reports_its_capacity_not_a_throughput(rate, uns
         assert row["throughput_rps"] is None and row["ttft_p99_ms"] is None and row["warmup_suggested"] is None
     else:
         assert "capacity_rps" not in row and row["throughput_rps_lo"] <= rate <= row["throughput_rps_hi"]
+
+
+def test_with_an_slo_the_poa_table_compares_goodputs(tmp_path):
+    grid = loads_grid(SMALL + "\n[slo]\nttft_ms = 900.0\n")
+    run_grid(grid, out=tmp_path / "run", simulate=fake_engine.simulate, quiet=True, finish=False)
+    summary, poa = reduce_run(tmp_path / "run")
+    assert poa["poa_cf_goodput"].null_count() == 0 and (poa["poa_cf_goodput"] >= 1.0).all()
+    assert (poa["poa_cf_goodput_lo"] <= poa["poa_cf_goodput"]).all() and poa["poa_cf_goodput_lo"].is_finite().all()
+    assert set(poa["best_policy_goodput"]) <= {"greedy", "rr"}
+    for row in poa.iter_rows(named=True):  # the best goodput over the selfish one's, as summary.parquet has them
+        g = summary.filter((pl.col("topology") == row["topology"]) & (pl.col("concurrency") == row["concurrency"]))
+        rates = dict(zip(g["policy"], g["goodput_rps"]))
+        assert row["poa_cf_goodput"] == pytest.approx(max(1.0, max(rates.values()) / rates["greedy"]))

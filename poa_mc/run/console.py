@@ -246,14 +246,17 @@ def best_policy_lines(poa: Any) -> list[str]:
         load = r[load_col]
         at = f"{r['topology']} {tag}={load:g}" if isinstance(load, float) else f"{r['topology']} {tag}={load}"
         parts = []
-        for k, name in (("ttft", "TTFT"), ("e2e", "E2E")):
-            best = r[f"best_policy_{k}"]
+        for k, name in (("ttft", "TTFT"), ("e2e", "E2E"), ("goodput", "goodput")):
+            best = r.get(f"best_policy_{k}")
             if best == r["selfish_policy"]:
                 parts.append(f"best on {name}: {best} (the selfish policy)")
             elif best:
                 margin = _interval(r[f"poa_cf_{k}"], r[f"poa_cf_{k}_lo"], r[f"poa_cf_{k}_hi"])
                 tie = ": a tie" if r[f"poa_cf_{k}_lo"] is not None and r[f"poa_cf_{k}_lo"] <= 1.0 else ""
-                parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin}{tie})")
+                if k == "goodput":  # more is better: the winner's rate as a multiple of the selfish one's
+                    parts.append(f"best on {name}: {best} (x{margin}{tie} {r['selfish_policy']}'s)")
+                else:
+                    parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin}{tie})")
         if parts:
             out.append(f"{at}: " + "; ".join(parts))
     if len(rows) > MAX_BEST_LINES:

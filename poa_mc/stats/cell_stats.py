@@ -33,6 +33,8 @@ class CellStats:
     row: dict[str, Any]
     social: dict[str, np.ndarray] = field(default_factory=dict)  # per-replica social costs by kind
     planner: Any = None  # poa_mc.stats.games.PlannerRuns of a planner cell
+    # per-replica (numerator, denominator) of the rates compared across policies: with [slo], goodput
+    rates: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
@@ -104,7 +106,7 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
             _put(row, f"hit_rate_{k}", proportion_interval(hits, prompt))
         onb = t_interval(mean("onboard_ms"))
         _put(row, "onboard_ms_mean", replace(onb, lo=max(onb.lo, 0.0)))  # a time: never below 0
-    _slo_stats(row, acc["slo_met"], n, num, den)
+    goodput = _slo_stats(row, acc["slo_met"], n, num, den)
     _worker_stats(row, acc, spec)
     if {"replica_preemptions", "replica_simulated"} <= set(acc):
         # decode preemptions under KV pressure, per simulated request (warm-up and tail included)
@@ -139,7 +141,8 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
 
     social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
-    return CellStats(row, social, _planner_runs(acc, spec))
+    rates = {"goodput": goodput} if goodput is not None and not row.get("unstable") else {}
+    return CellStats(row, social, _planner_runs(acc, spec), rates)
 
 
 # an open loop completes less than it is offered by more than this, beyond its interval: unstable.
@@ -239,16 +242,20 @@ def _request_rate(acc: dict[str, np.ndarray], n: int, open_loop: bool = False) -
     return np.full(len(acc["n"]), n - 1.0), (acc["last_arrival_ms"] - acc["first_arrival_ms"]) / 1000.0
 
 
-def _slo_stats(row: dict[str, Any], met: np.ndarray, n: int, num: np.ndarray, den: np.ndarray) -> None:
+def _slo_stats(
+    row: dict[str, Any], met: np.ndarray, n: int, num: np.ndarray, den: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
     """slo_attainment (share of measured requests within every bound of [slo]) and goodput_rps
-    (that share of the request rate, num / den as _request_rate); null without an [slo] table."""
+    (that share of the request rate, num / den as _request_rate); null without an [slo] table.
+    Returns goodput's per-replica numerator and denominator (None without [slo])."""
     if (met < 0).any():
         for name in ("slo_attainment", "goodput_rps"):
             _put(row, name, _NAN)
-        return
+        return None
     share = met.astype(np.float64) / n
     _put(row, "slo_attainment", proportion_interval(met.astype(np.float64), np.full(len(met), float(n))))
     _put(row, "goodput_rps", ratio_interval(num * share, den))
+    return num * share, den
 
 
 def _worker_stats(row: dict[str, Any], acc: dict[str, np.ndarray], spec: CellSpec) -> None:

@@ -75,7 +75,8 @@ POA = (
     Col("poa_cf", F, "", True), Col("best_policy", S), Col("social_cost_selfish", F), Col("social_cost_best", F),
     Col("policies", INT),
     Col("poa_cf_ttft", F, "", True), Col("poa_cf_e2e", F, "", True), Col("best_policy_ttft", S),
-    Col("best_policy_e2e", S), Col("ttft_win_slows_decode", B), Col("unstable", B),
+    Col("best_policy_e2e", S), Col("ttft_win_slows_decode", B), Col("poa_cf_goodput", F, "", True),
+    Col("best_policy_goodput", S), Col("unstable", B),
     Col("regime", S), Col("knee", F), Col("knee_lo", F), Col("knee_hi", F),
     Col("knee_grid_lo", F), Col("knee_grid_hi", F), Col("knee_reason", S),
 )  # fmt: skip

@@ -109,6 +109,51 @@ def counterfactual_poa(
     return Counterfactual(poa, lo, hi, names[b], float(means[s]), float(means[b]))
 
 
+def rate_gain_to_best(
+    selfish: tuple[np.ndarray, np.ndarray], rivals: dict[str, tuple[np.ndarray, np.ndarray]], level: float = 0.95
+) -> Counterfactual:
+    """The counterfactual PoA of a rate, where more is better (goodput): the best policy's rate over
+    the selfish one's, max(1, max_p G_p / G_s), each rate a ratio of sums across replicas,
+    G = sum(num) / sum(den) (as poa_mc.stats.cell_stats reports goodput_rps).
+
+    Replica i of every policy saw the same requests. For each rival a paired delta-method
+    t-interval for log(G_p / G_s), from the per-replica influence num_p/mean(num_p) - den_p/mean(den_p)
+    - num_s/mean(num_s) + den_s/mean(den_s) (the common streams cancel in it), each at level
+    1 - (1 - level) / m for m rivals (Bonferroni); the maximum is increasing in every ratio, so
+    [max(1, max_p L_p), max(1, max_p U_p)] covers it with probability >= `level`, as
+    counterfactual_poa's interval does for costs. `cost_selfish` and `cost_best` hold the two rates.
+    NaN bounds with fewer than 2 replicas or non-positive sums."""
+    num_s, den_s = (np.asarray(x, dtype=np.float64) for x in selfish)
+    names = list(rivals)
+    n = num_s.size
+    if n == 0 or not names:
+        g = _safe_ratio(float(num_s.sum()), float(den_s.sum())) if n else math.nan
+        return Counterfactual(1.0 if n else math.nan, 1.0 if n else math.nan, 1.0 if n else math.nan, "", g, g)
+    gs = _safe_ratio(float(num_s.sum()), float(den_s.sum()))
+    rates = {p: _safe_ratio(float(np.sum(a)), float(np.sum(d))) for p, (a, d) in rivals.items()}
+    best = max(rates, key=lambda p: rates[p])
+    if rates[best] <= gs:
+        best, g_best = "", gs  # the selfish policy is the best
+    else:
+        g_best = rates[best]
+    poa = max(1.0, _safe_ratio(g_best, gs))
+    sums = [num_s.sum(), den_s.sum(), *(np.sum(x) for ab in rivals.values() for x in ab)]
+    if n < 2 or not all(np.isfinite(s) and s > 0 for s in sums):
+        return Counterfactual(poa, math.nan, math.nan, best, gs, g_best)
+    t = _t_ppf(1.0 - (1.0 - level) / len(names) / 2.0, n - 1)
+    base = num_s / num_s.mean() - den_s / den_s.mean()
+    los, his = [], []
+    for p, (a, d) in rivals.items():
+        a, d = np.asarray(a, dtype=np.float64), np.asarray(d, dtype=np.float64)
+        influence = a / a.mean() - d / d.mean() - base
+        se = influence.std(ddof=1) / math.sqrt(n)
+        log_ratio = math.log(rates[p] / gs)
+        los.append(log_ratio - t * se)
+        his.append(log_ratio + t * se)
+    lo, hi = _exp_or_inf(max(los)), _exp_or_inf(max(his))
+    return Counterfactual(poa, max(1.0, lo), max(1.0, hi), best, gs, g_best)
+
+
 def _safe_ratio(a: float, b: float) -> float:
     if b == 0:
         return 1.0 if a == 0 else math.inf

@@ -26,7 +26,7 @@ from poa_mc.model.spec_json import spec_from_json
 from poa_mc.stats import columns
 from poa_mc.stats.accumulate import MOVE_LOG_COLUMNS, POA_KEYS, SWITCH_LOG_COLUMNS, accumulate, from_frame, settings
 from poa_mc.stats.cell_stats import CellStats, cell_stats
-from poa_mc.stats.counterfactual import Counterfactual, counterfactual_poa, ratio_to_best
+from poa_mc.stats.counterfactual import Counterfactual, counterfactual_poa, rate_gain_to_best, ratio_to_best
 from poa_mc.stats.games import cache_game_frame, pd_game_frame, planner_frame, planner_moves_frame
 from poa_mc.stats.knee import knee_analysis
 
@@ -263,6 +263,13 @@ def _poa_frame(
             for kind in ("ttft", "e2e")
         }
         by_policy = dict(zip(policies, ids))
+        if all("goodput" in stats[i].rates for i in ids):  # with [slo]: the best goodput over the selfish one's
+            others = {p: stats[i].rates["goodput"] for p, i in zip(policies, ids) if p != selfish}
+            gain = rate_gain_to_best(stats[by_policy[selfish]].rates["goodput"], others)
+            goodput = {"poa_cf_goodput": gain.poa, "poa_cf_goodput_lo": gain.lo, "poa_cf_goodput_hi": gain.hi,
+                       "best_policy_goodput": gain.best_policy or selfish}  # fmt: skip
+        else:
+            goodput = {}
         s = stats[selfish_id].row
         kn = knees.get(selfish_id, {"regime": "unknown", "knee": math.nan, "knee_lo": math.nan, "knee_hi": math.nan})
         rows.append(
@@ -296,6 +303,7 @@ def _poa_frame(
                 **{f"poa_cf_{k}_hi": c.hi for k, c in on.items()},
                 **{f"best_policy_{k}": c.best_policy for k, c in on.items()},
                 "ttft_win_slows_decode": _wins_by_slowing_decode(stats, by_policy, selfish, on["ttft"]),
+                **goodput,
                 **kn,
             }
         )
@@ -303,10 +311,11 @@ def _poa_frame(
             # a policy's queue grows through the run: its costs measure the run's length, and a
             # ratio of them no steady state (cell_stats: unstable)
             rows[-1]["unstable"] = True
-            for name in ("poa_cf", "poa_cf_ttft", "poa_cf_e2e"):
+            for name in ("poa_cf", "poa_cf_ttft", "poa_cf_e2e", "poa_cf_goodput"):
                 for p in ("", "_lo", "_hi"):
                     rows[-1][name + p] = None
-            rows[-1].update(best_policy=None, best_policy_ttft=None, best_policy_e2e=None, ttft_win_slows_decode=None)
+            rows[-1].update(best_policy=None, best_policy_ttft=None, best_policy_e2e=None, best_policy_goodput=None,
+                            ttft_win_slows_decode=None)  # fmt: skip
     return columns.frame(rows, columns.POA, "poa.parquet")
 
 
