@@ -475,3 +475,17 @@ def test_kv_from_refuses_what_it_cannot_derive(kv, path):
     with pytest.raises(ConfigError) as e:
         loads_grid(_KV_FROM.format(kv=kv))
     assert e.value.path == path, e.value
+
+
+def test_a_shared_prefix_in_tokens():
+    grid = loads_grid(SMALL.replace("prefix_groups = 4", "prefix_groups = 4\nprefix_tokens = 256"))
+    assert grid.cells()[0].spec.workload.prefix_tokens == 256
+    plain = loads_grid(SMALL)
+    assert plain.cells()[0].spec.workload.prefix_tokens == 0
+    assert {c.cell_id for c in grid.cells()}.isdisjoint(c.cell_id for c in plain.cells())
+    with pytest.raises(ConfigError) as e:
+        loads_grid(SMALL.replace("prefix_groups = 4", "prefix_groups = 4\nprefix_tokens = 256\nprefix_ratio = 0.5"))
+    assert e.value.path == "workload.prefix_tokens"
+    with pytest.raises(ConfigError) as e:
+        loads_grid(SMALL.replace("prefix_groups = 4", "prefix_groups = 4\nprefix_tokens = -5"))
+    assert e.value.path == "workload.prefix_tokens"

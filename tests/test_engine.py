@@ -530,3 +530,22 @@ def test_auto_backend_asks_numba_cuda_only_where_a_gpu_device_file_exists(monkey
     )
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     assert backend.cuda_available() is True
+
+
+def test_a_prefix_of_fixed_tokens_is_the_ratio_it_equals_and_stays_fixed_as_prompts_vary():
+    """workload.prefix_tokens: with fixed 4,096-token prompts a 2,048-token prefix is prefix_ratio 0.5,
+    to the bit; with prompts of 1,000 to 6,000 tokens every hit stays within 2,048 // 64 = 32 blocks
+    (and within the prompt), where half of a long prompt would share up to 46."""
+    fixed = cell(isl=Dist("fixed", 4096), prefix_ratio=0.5)
+    a = simulate(fixed, **RUN)
+    b = simulate(replace(fixed, workload=replace(fixed.workload, prefix_ratio=0.0, prefix_tokens=2048)), **RUN)
+    for k in a.samples:
+        np.testing.assert_array_equal(a.samples[k], b.samples[k], err_msg=k)
+    wide = cell(isl=Dist("uniform", low=1000, high=6000), prefix_tokens=2048)
+    s = simulate(wide, **RUN).samples
+    cached = s["cached_blocks"]
+    assert cached.max() == 32 and (cached <= np.minimum(32, s["isl"] // 64)).all()
+    ratio = simulate(cell(isl=Dist("uniform", low=1000, high=6000), prefix_ratio=0.5), **RUN).samples
+    assert ratio["cached_blocks"].max() > 32  # half of a long prompt: more than the fixed prefix
+    with pytest.raises(SpecError, match="prefix_tokens"):
+        replace(wide, workload=replace(wide.workload, prefix_tokens=-1)).validate()

@@ -182,6 +182,7 @@ def pack_params(
     fp[L.F_THINK] = w.think_ms
     fp[L.F_RATE] = w.rate_rps / 1000.0
     fp[L.F_RATIO] = w.prefix_ratio
+    fp[L.F_PTOK] = float(w.prefix_tokens)
     fp[L.F_ISL_MU], fp[L.F_ISL_SIG] = imu, isig
     fp[L.F_OSL_MU], fp[L.F_OSL_SIG] = omu, osig
     if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:
@@ -260,7 +261,7 @@ def baseline_ttft_ms(spec: CellSpec) -> float:
         d.kind, sum(d.values) / max(len(d.values), 1)
     )
     bs = c.block_size
-    hit = math.floor(w.prefix_ratio * isl) // bs
+    hit = math.floor(w.prefix_of(isl)) // bs
     if c.recompute_last_block:
         hit = min(hit, max(math.ceil(isl) - 1, 0) // bs)
     uncached = max(isl - hit * bs, 0.0)

@@ -14,6 +14,7 @@ from .layout import (
     F_ISL_SIG,
     F_OSL_MU,
     F_OSL_SIG,
+    F_PTOK,
     F_RATIO,
     F_SVC,
     F_THINK,
@@ -206,7 +207,10 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client
             )
             grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
         if pfx < 0:
-            pfx = full_blocks(ip, np.int64(math.floor(fp[F_RATIO] * isl)))
+            if fp[F_PTOK] > 0.0:  # a shared prefix of a fixed length (a system prompt)
+                pfx = full_blocks(ip, np.int64(min(fp[F_PTOK], np.float64(isl))))
+            else:
+                pfx = full_blocks(ip, np.int64(math.floor(fp[F_RATIO] * isl)))
         seq = rep_i[r, RI_SEQ]
         if ip[P_CLIENT] == 0:  # a modelled client counted it when it created it (poa_mc/kernels/client.py)
             count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on

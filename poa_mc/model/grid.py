@@ -31,7 +31,7 @@ from poa_mc.model.spec_cluster import ClusterSpec, drop_tier_keys
 from poa_mc.model.spec_error import SpecError
 from poa_mc.model.spec_policy import PolicySpec
 from poa_mc.model.spec_profile import ProfileSpec
-from poa_mc.model.spec_workload import WorkloadSpec
+from poa_mc.model.spec_workload import WorkloadSpec, drop_workload_defaults
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ class GridConfig:
             d["profile"].pop("table")
             d["profile"].pop("table_sha")
         drop_tier_keys(d["cluster"], d["policies"])  # and a cluster without lower tiers
+        drop_workload_defaults(d["workload"])  # and a workload without the keys added later
         if self.workload.client is None:
             d["workload"].pop("client")  # and a grid without [client]
         if not self.run.drain:
@@ -153,6 +154,7 @@ def cell_id(spec: CellSpec, stream: int) -> str:
         d["profile"].pop("table")
         d["profile"].pop("table_sha")
     drop_tier_keys(d["cluster"], [d["policy"]])  # clusters without lower tiers likewise
+    drop_workload_defaults(d["workload"])
     if d["workload"]["client"] is None:
         d["workload"].pop("client")  # and workloads without a modelled client
     if d["workload"]["trace"] is None:

@@ -201,6 +201,7 @@ def parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple[
         {
             "prefix_groups": (int, base.prefix_groups),
             "prefix_ratio": (float, base.prefix_ratio),
+            "prefix_tokens": (int, base.prefix_tokens),
             "popularity": (str, base.popularity),
             "zipf_alpha": (float, base.zipf_alpha),
             "arrival": (str, base.arrival),
@@ -208,6 +209,8 @@ def parse_workload(doc: dict, base_dir: Path) -> tuple[WorkloadSpec, str, tuple[
         },
         "workload",
     )
+    if "prefix_tokens" in table and "prefix_ratio" in table:
+        raise ConfigError("workload.prefix_tokens", "give the shared prefix as prefix_tokens or prefix_ratio, not both")
     # checked here because the grid's load axis follows from the arrival process
     check_choice(f["arrival"], ARRIVALS, "workload.arrival")
     check_choice(f["popularity"], POPULARITIES, "workload.popularity")

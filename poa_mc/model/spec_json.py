@@ -18,6 +18,7 @@ import typing
 from typing import Any
 
 from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_workload import drop_workload_defaults
 
 INLINE_VALUES = 64  # an empirical list longer than this is stored as its count and digest
 
@@ -38,7 +39,9 @@ def compact(obj: Any) -> Any:
 
 def spec_to_json(spec: CellSpec) -> str:
     """The stored form of a spec (sorted keys, long lists compacted)."""
-    return json.dumps(compact(dataclasses.asdict(spec)), sort_keys=True)
+    d = dataclasses.asdict(spec)
+    drop_workload_defaults(d["workload"])  # a key at its later-added default: the stored form it had before
+    return json.dumps(compact(d), sort_keys=True)
 
 
 @functools.cache

@@ -132,6 +132,16 @@ class WorkloadSpec:
     think_ms: float = 0.0
     trace: TraceReplay | None = None
     client: ClientSpec | None = None  # None: requests reach the frontend as they are created
+    # a shared prefix of this many tokens (capped by the prompt) instead of prefix_ratio of each
+    # prompt: a system prompt of fixed length, as deployments describe it (0: prefix_ratio)
+    prefix_tokens: int = 0
+
+    def prefix_of(self, isl: float) -> float:
+        """Tokens of a prompt of `isl` tokens that its prefix group shares (the kernels take whole
+        blocks of it: poa_mc/kernels/requests.py)."""
+        if self.prefix_tokens > 0:
+            return float(min(self.prefix_tokens, isl))
+        return self.prefix_ratio * isl
 
     def validate(self, path: str = "workload") -> None:
         if self.client is not None:
@@ -140,6 +150,8 @@ class WorkloadSpec:
         self.osl.validate(f"{path}.osl")
         if self.prefix_groups < 1:
             raise SpecError(f"{path}.prefix_groups", f"must be >= 1, got {self.prefix_groups}")
+        if self.prefix_tokens < 0:
+            raise SpecError(f"{path}.prefix_tokens", f"must be >= 0 (0: use prefix_ratio), got {self.prefix_tokens}")
         if not 0.0 <= self.prefix_ratio <= 1.0:
             raise SpecError(f"{path}.prefix_ratio", f"must be within [0, 1], got {self.prefix_ratio}")
         if self.popularity not in POPULARITIES:
@@ -154,3 +166,15 @@ class WorkloadSpec:
             raise SpecError(f"{path}.rate", f"must be > 0 req/s for Poisson arrivals, got {self.rate_rps}")
         if not self.think_ms >= 0:
             raise SpecError(f"{path}.think_ms", f"must be >= 0, got {self.think_ms}")
+
+
+# workload keys added after cells had ids: at these defaults they are left out of ids, fingerprints
+# and stored specs, which then stay those of the runs written before them
+WORKLOAD_LATER_DEFAULTS = {"prefix_tokens": 0}
+
+
+def drop_workload_defaults(workload: dict) -> None:
+    """Remove from a workload's dict the keys added later that are at their defaults."""
+    for k, default in WORKLOAD_LATER_DEFAULTS.items():
+        if workload.get(k, default) == default:
+            workload.pop(k, None)

@@ -302,7 +302,7 @@ def working_set_blocks(spec: CellSpec) -> int:
     w, c = spec.workload, spec.cluster
     if w.isl.kind == "empirical" and not w.isl.values:
         return -1  # a long trace's lengths are stored as their count and digest (poa_mc.model.spec_json)
-    return int(w.prefix_groups) * (math.floor(float(w.prefix_ratio) * w.isl.max_value()) // int(c.block_size))
+    return int(w.prefix_groups) * (math.floor(w.prefix_of(w.isl.max_value())) // int(c.block_size))
 
 
 def cache_game_frame(cells, costs: dict[str, np.ndarray], hits: dict[str, float], game: dict):  # noqa: ANN001, ANN201
