@@ -55,9 +55,10 @@ def reduce(
 
     Other [poa] settings than the run's (--window, ...) recompute PoA-hat from the samples, which
     the run must then have kept in full ([run] samples = "all")."""
+    from poa_mc.io.store import RunDir
     from poa_mc.stats.reduce import reduce_run
 
-    if not (run_dir / "manifest.json").exists():
+    if not RunDir(run_dir).manifest_path.exists():
         raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
     overrides = {
         k: v
@@ -77,7 +78,7 @@ def reduce(
 
         from poa_mc.run.console import summary_notes
 
-        warm = int(json.loads((run_dir / "manifest.json").read_text())["grid"]["run"]["warmup"])
+        warm = int(json.loads(RunDir(run_dir).manifest_path.read_text())["grid"]["run"]["warmup"])
         for line in summary_notes(summary, warm):
             click.echo(line, err=True)
         if plot and poa.height:
@@ -104,13 +105,14 @@ def _check_stage_and_slots(run_dir: Path, overrides: dict[str, Any]) -> None:
 
     import polars as pl
 
+    from poa_mc.io.store import RunDir
     from poa_mc.model.sections import PoaSection
     from poa_mc.model.spec_error import SpecError
     from poa_mc.model.spec_json import spec_from_json
 
-    poa = {**json.loads((run_dir / "manifest.json").read_text())["grid"]["poa"], **overrides}
+    poa = {**json.loads(RunDir(run_dir).manifest_path.read_text())["grid"]["poa"], **overrides}
     section = PoaSection(**{k: v for k, v in poa.items() if k in PoaSection.__dataclass_fields__})
-    for spec_json in pl.read_parquet(run_dir / "cells.parquet")["spec_json"].unique().to_list():
+    for spec_json in pl.read_parquet(RunDir(run_dir).cells_path)["spec_json"].unique().to_list():
         cluster = spec_from_json(spec_json).cluster
         try:
             _, _, k = cluster.poa_stage(section.stage)
@@ -129,7 +131,7 @@ def plot(run_dir: Path) -> None:
     from poa_mc.plots.figures import plot_run
 
     RunDir(run_dir).read_manifest()  # a damaged run directory is said before any figure is redrawn
-    if not (run_dir / "summary.parquet").exists():
+    if not RunDir(run_dir).summary_path.exists():
         raise BadInput(f"{run_dir}: no summary.parquet; run `poa-mc reduce {run_dir}` first")
     with _figure_workers() as workers:  # two figures at a time (docs/outputs.md)
         paths = plot_run(run_dir, workers)
@@ -144,10 +146,10 @@ def games(run_dir: Path) -> None:
     """Summarise the games of a reduced run: pd_game.parquet (the prefill/decode split game),
     planner.parquet (the Planner moving that split) and cache_game.parquet (selfish against
     coordinated caching)."""
-    from poa_mc.io.store import read_parquet_or_fail
+    from poa_mc.io.store import RunDir, read_parquet_or_fail
     from poa_mc.run.console import print_cache_game, print_pd_game, print_planner
 
-    if not (run_dir / "manifest.json").exists():
+    if not RunDir(run_dir).manifest_path.exists():
         raise BadInput(f"{run_dir}: no manifest.json; not a poa-mc run directory")
     found = [(run_dir / name, show) for name, show in (("pd_game.parquet", print_pd_game),
                                                        ("planner.parquet", print_planner),

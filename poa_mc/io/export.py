@@ -80,7 +80,7 @@ def _check_run_dir(run_dir: Path) -> list[Path]:
         raise RunDirError(f"{run_dir}: no such directory; not a poa-mc run directory")
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: is not a directory; not a poa-mc run directory")
-    if not (run_dir / "manifest.json").is_file():
+    if not RunDir(run_dir).manifest_path.is_file():
         raise RunDirError(f"{run_dir}: no manifest.json; not a poa-mc run directory")
     RunDir(run_dir).read_manifest()  # a damaged manifest is said, not copied
     paths = [run_dir / f"{t}.parquet" for t in TABLES]
@@ -116,13 +116,10 @@ def _remove_empty(dest: Path) -> None:
 
 def _sample_files(run_dir: Path) -> list[tuple[str, Path]]:
     """(cell_id, samples file) of every complete cell, in grid order (cells.parquet)."""
-    order = pl.read_parquet(run_dir / "cells.parquet", columns=["cell_id"])["cell_id"].to_list()
-    out = []
-    for cid in order:
-        p = run_dir / "samples" / f"cell_id={cid}" / "part.parquet"
-        if p.is_file() and (run_dir / "acc" / f"cell_id={cid}" / "part.parquet").is_file():  # complete cells
-            out.append((cid, p))
-    return out
+    rd = RunDir(run_dir)
+    order = pl.read_parquet(rd.cells_path, columns=["cell_id"])["cell_id"].to_list()
+    complete = rd.complete_sample_files()
+    return [(cid, complete[cid]) for cid in order if cid in complete]
 
 
 def _write_table(df: pl.DataFrame, f: IO[bytes], fmt: str, *, header: bool = True) -> None:
@@ -203,7 +200,7 @@ def export_run(
         tmp = _tmp_name(final)
         finals.append(final)
         tmps.append(tmp)
-        shutil.copyfile(run_dir / "manifest.json", tmp)
+        shutil.copyfile(RunDir(run_dir).manifest_path, tmp)
     except BaseException:
         for t in tmps:
             t.unlink(missing_ok=True)

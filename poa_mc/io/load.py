@@ -43,18 +43,19 @@ class Run:
     def cells(self) -> pl.LazyFrame:
         import polars as pl
 
-        return pl.scan_parquet(self.path / "cells.parquet")
+        from poa_mc.io.store import RunDir
+
+        return pl.scan_parquet(RunDir(self.path).cells_path)
 
     @property
     def samples(self) -> pl.LazyFrame:
         import polars as pl
 
         # complete cells only: a samples file whose accumulators were never written is a killed run's
-        files = [
-            f
-            for f in sorted((self.path / "samples").glob("cell_id=*/part.parquet"))
-            if (self.path / "acc" / f.parent.name / "part.parquet").exists()
-        ]
+        from poa_mc.io.store import RunDir
+
+        by_cell = RunDir(self.path).complete_sample_files()
+        files = list(by_cell.values())
         if not files:
             return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
         schemas = {str(_schema(f)) for f in files}  # footers only
@@ -63,27 +64,27 @@ class Run:
         # cells of other topologies have candidate arrays of other widths (one column per worker):
         # read as variable-length lists, so that every cell fits one frame
         frames = []
-        for f in files:
+        for cid, f in by_cell.items():
             lf = pl.scan_parquet(f)
             arrays = [k for k, v in lf.collect_schema().items() if isinstance(v, pl.Array)]
             lf = lf.with_columns(pl.col(k).cast(pl.List(pl.Float64)) for k in arrays)
-            frames.append(lf.select(pl.lit(f.parent.name[len("cell_id=") :]).alias("cell_id"), pl.all()))
+            frames.append(lf.select(pl.lit(cid).alias("cell_id"), pl.all()))
         return pl.concat(frames, how="diagonal_relaxed")
 
     @property
     def acc(self) -> pl.LazyFrame:
         import polars as pl
 
-        files = sorted((self.path / "acc").glob("cell_id=*/part.parquet"))
+        from poa_mc.io.store import RunDir
+
+        files = RunDir(self.path).acc_files()
         if not files:
             return pl.LazyFrame(schema={"cell_id": pl.String, "replica": pl.Int32})
         # only adaptive and planner cells have log columns: one frame, absent columns null
         frames = []
-        for f in files:
+        for cid, f in files.items():
             _schema(f)
-            frames.append(
-                pl.scan_parquet(f).select(pl.lit(f.parent.name[len("cell_id=") :]).alias("cell_id"), pl.all())
-            )
+            frames.append(pl.scan_parquet(f).select(pl.lit(cid).alias("cell_id"), pl.all()))
         return pl.concat(frames, how="diagonal_relaxed")
 
     @property

@@ -130,6 +130,17 @@ class RunDir:
     def meta_path(self, cell_id: str) -> Path:
         return self.meta_dir / f"{cell_id}.json"
 
+    def acc_files(self) -> dict[str, Path]:
+        """Every accumulators file on disk by cell id (a cell's commit point), in file-name order."""
+        files = sorted(self.acc_dir.glob("cell_id=*/part.parquet"))
+        return {f.parent.name.removeprefix("cell_id="): f for f in files}
+
+    def complete_sample_files(self) -> dict[str, Path]:
+        """The samples files of complete cells (their accumulators written) by cell id: a samples
+        file without accumulators is a killed run's."""
+        files = sorted(self.samples_dir.glob("cell_id=*/part.parquet"))
+        return {cid: f for f in files if self.acc_path(cid := f.parent.name.removeprefix("cell_id=")).exists()}
+
     # -- manifest ------------------------------------------------------------------------------
 
     def read_manifest(self) -> dict[str, Any]:
