@@ -493,6 +493,10 @@ def test_a_cold_kernel_cache_is_announced_before_the_first_cell(grid_file, tmp_p
     assert len(said) == (0 if warm else 1)
     if not warm:
         assert r.output.index("compiling the cpu kernels") < r.output.index("[1/8]")
+    quiet = invoke("run", "--grid", grid_file, "--out", tmp_path / "quiet", "--backend", "cpu", "-q")
+    assert quiet.exit_code == 0 and ("compiling the cpu kernels" in quiet.output) is not warm  # also with -q
+    v = invoke("validate", grid_file)
+    assert ("after compiling the cpu kernels once" in v.output) is not warm  # and validate's estimate says so
 
 
 REPLAY_PRESSURE = """

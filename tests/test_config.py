@@ -449,7 +449,12 @@ def test_kv_blocks_from_the_gpu_the_model_and_the_memory_share():
 
     derived = loads_grid(_KV_FROM.format(kv='kv_from = {gpu = "h200", model = "llama70b", tp = 4}'))
     blocks = roofline_kv_capacity_blocks("h200", "llama70b", 4, block_size=64)
-    assert blocks == 41675  # 0.9 x 4 x 141 GB less 70.6 GB of FP8 weights, 2 x 80 x 8 x 128 B per token
+    # by hand: 0.9 x 4 x 141 GB of HBM less 70.6 GB of FP8 weights = 437.0 GB; a block of 64 tokens
+    # holds K and V of 80 layers x 8 KV heads x 128 dims at 1 byte, spread over the 4 GPUs (8 heads
+    # split 4 ways, none replicated): 2 x 80 x 8 x 128 x 64 = 10,485,760 bytes; 437.0e9 / 10,485,760 = 41,675.5
+    assert blocks == int((0.9 * 4 * 141e9 - 70.6e9) // (2 * 80 * 8 * 128 * 64)) == 41675
+    bf16_cache = roofline_kv_capacity_blocks("h200", "llama70b", 4, block_size=64, kv_dtype="bf16")
+    assert bf16_cache == int((0.9 * 4 * 141e9 - 70.6e9) // (2 * 80 * 8 * 128 * 64 * 2)) == 20837
     c = derived.cells()[0].spec.cluster
     assert c.prefill_kv_blocks == c.decode_kv_blocks == blocks
     by_hand = loads_grid(_KV_FROM.format(kv=f"prefill_kv_blocks = {blocks}\ndecode_kv_blocks = {blocks}"))
@@ -489,3 +494,12 @@ def test_a_shared_prefix_in_tokens():
     with pytest.raises(ConfigError) as e:
         loads_grid(SMALL.replace("prefix_groups = 4", "prefix_groups = 4\nprefix_tokens = -5"))
     assert e.value.path == "workload.prefix_tokens"
+
+
+def test_interconnects_by_name():
+    grid = loads_grid(_KV_FROM.format(kv='transfer_gbps = "nvlink4"\nnode_nic_gbps = "ib-xdr"'))
+    c = grid.cells()[0].spec.cluster
+    assert (c.transfer_gbps, c.node_nic_gbps) == (450.0, 100.0)
+    with pytest.raises(ConfigError) as e:
+        loads_grid(_KV_FROM.format(kv='transfer_gbps = "nvlink9"'))
+    assert e.value.path == "cluster.transfer_gbps" and "nvlink4" in e.value.message

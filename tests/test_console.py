@@ -62,6 +62,8 @@ def test_progress_off_a_terminal_is_one_line_per_cell_and_quiet_is_silent():
     con.note("x")
     con.cell_done("a", 1.0, 1.0, 1.0)
     assert quiet.getvalue() == ""
+    con.note("compiling the cpu kernels", always=True)  # a minute's wait is said even with --quiet
+    assert quiet.getvalue() == "compiling the cpu kernels\n"
 
 
 def test_summarising_progress_off_a_terminal_is_a_line_per_tenth():
@@ -132,10 +134,10 @@ def test_best_policy_lines_name_both_winners_and_warn_on_a_decode_slowing_win():
         }
     )  # fmt: skip
     lines = best_policy_lines(poa)
-    assert lines[0] == "2P/8D C=40: best on TTFT: kv (the selfish policy); best on E2E: kv (the selfish policy)"
-    assert "best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv (the selfish policy)" in lines[1]
+    assert "2P/8D C=160: best on TTFT: kv-t1 (kv is x1.200 [1.170, 1.230]); best on E2E: kv (the selfish" in lines[0]
+    assert lines[1] == "at the other 1 of 2 points the selfish policy (kv) is best on every measure"
     assert len(lines) == 3 and lines[2].startswith("warning: at 2P/8D C=160, kv-t1 beats kv on TTFT only by")
-    assert best_policy_lines(poa.with_columns(pl.lit(False).alias("ttft_win_slows_decode")))[-1].startswith("2P/8D")
+    assert best_policy_lines(poa.with_columns(pl.lit(False).alias("ttft_win_slows_decode")))[-1].startswith("at the")
 
 
 def test_policies_identical_at_every_load_are_said_to_change_nothing():

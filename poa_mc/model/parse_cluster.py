@@ -27,7 +27,7 @@ _CLUSTER_FIELDS = {
 
 
 _KV_FROM_FIELDS = {"gpu": (str, None), "model": (str, None), "tp": (int, None), "dtype": (str, "fp8"),
-                   "memory_fraction": (float, 0.9)}  # fmt: skip
+                   "kv_dtype": (str, None), "memory_fraction": (float, 0.9)}  # fmt: skip
 
 
 def _kv_blocks_from(table: dict, block_size: int) -> int:
@@ -49,13 +49,15 @@ def _kv_blocks_from(table: dict, block_size: int) -> int:
         raise ConfigError(f"{path}.model", f"must be one of {names}, got {f['model']!r}")
     if f["tp"] < 1:
         raise ConfigError(f"{path}.tp", f"must be >= 1, got {f['tp']}")
-    if f["dtype"] not in roofline.DTYPE_BYTES:
-        raise ConfigError(f"{path}.dtype", f"must be one of {', '.join(roofline.DTYPE_BYTES)}, got {f['dtype']!r}")
+    for key in ("dtype", "kv_dtype"):
+        if f[key] is not None and f[key] not in roofline.DTYPE_BYTES:
+            raise ConfigError(f"{path}.{key}", f"must be one of {', '.join(roofline.DTYPE_BYTES)}, got {f[key]!r}")
     if not 0.0 < f["memory_fraction"] <= 1.0:
         raise ConfigError(f"{path}.memory_fraction", f"must be within (0, 1], got {f['memory_fraction']}")
     blocks = roofline.roofline_kv_capacity_blocks(
-        gpu, model, f["tp"], dtype=f["dtype"], block_size=block_size, memory_fraction=f["memory_fraction"]
-    )
+        gpu, model, f["tp"], dtype=f["dtype"], block_size=block_size, memory_fraction=f["memory_fraction"],
+        kv_dtype=f["kv_dtype"],
+    )  # fmt: skip
     if blocks < 1:
         raise ConfigError(path, f"the weights of {model} leave no KV memory on {f['tp']} x {gpu}")
     return blocks
@@ -66,6 +68,13 @@ def parse_cluster(doc: dict) -> ClusterSpec:
     for key in ("n_prefill", "n_decode"):
         if key in table:
             raise ConfigError(f"cluster.{key}", 'worker counts come from grid.topology ("xP/yD")')
+    for key in ("transfer_gbps", "node_nic_gbps"):  # an interconnect by name (poa_mc.model.roofline)
+        if isinstance(table.get(key), str):
+            name = table[key].lower()
+            if name not in roofline.INTERCONNECTS:
+                names = ", ".join(roofline.INTERCONNECTS)
+                raise ConfigError(f"cluster.{key}", f"a bandwidth in GB/s or one of {names}, got {table[key]!r}")
+            table[key] = roofline.INTERCONNECTS[name]
     kv_from = table.pop("kv_from", None)
     if kv_from is not None:
         for key in ("prefill_kv_blocks", "decode_kv_blocks"):

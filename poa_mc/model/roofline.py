@@ -102,14 +102,35 @@ def roofline_coefficients(
 
 
 def roofline_kv_capacity_blocks(
-    gpu: str, model: str, tp: int, *, dtype: str = "fp8", block_size: int = 64, memory_fraction: float = 0.9
+    gpu: str,
+    model: str,
+    tp: int,
+    *,
+    dtype: str = "fp8",
+    block_size: int = 64,
+    memory_fraction: float = 0.9,
+    kv_dtype: str | None = None,
 ) -> int:
     """Blocks of KV cache a TP group of `gpu` can hold after the weights (a lead, for choosing kv_blocks).
 
-    memory_fraction of HBM is usable (vLLM's gpu_memory_utilization default); activations are ignored.
+    memory_fraction of HBM is usable (vLLM's gpu_memory_utilization default); activations are
+    ignored. Weights in `dtype`, the KV cache in `kv_dtype` (default: `dtype`).
     """
     g, m = GPUS[gpu.lower()], MODELS[MODEL_ALIASES.get(model.lower(), model.lower())]
     free = tp * g.hbm_gb * 1e9 * memory_fraction - m.params * DTYPE_BYTES[dtype]
     # Beyond tp = kv_heads the KV heads are replicated, so each token costs more memory in total.
-    per_block = kv_bytes_per_token(m, DTYPE_BYTES[dtype]) * block_size * tp / min(tp, m.kv_heads)
+    kv_bytes = DTYPE_BYTES[kv_dtype or dtype]
+    per_block = kv_bytes_per_token(m, kv_bytes) * block_size * tp / min(tp, m.kv_heads)
     return max(0, int(free // per_block))
+
+
+# Interconnect leads for transfer_gbps and node_nic_gbps, GB/s one way (docs/sources.md,
+# "Interconnects"): NVLink per GPU, network links per port
+INTERCONNECTS: dict[str, float] = {
+    "nvlink3": 300.0,  # A100: 600 GB/s bidirectional
+    "nvlink4": 450.0,  # H100, H200: 900 GB/s bidirectional
+    "nvlink5": 900.0,  # B200: 1.8 TB/s bidirectional
+    "ib-ndr": 50.0,  # InfiniBand NDR, 400 Gb/s a port (ConnectX-7)
+    "ib-xdr": 100.0,  # InfiniBand XDR, 800 Gb/s a port (ConnectX-8)
+    "roce-400": 50.0,  # 400 GbE RoCE (Spectrum-X, ConnectX-7)
+}

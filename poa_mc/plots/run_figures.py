@@ -84,6 +84,11 @@ def _shade_regimes(ax: Axes, d: pl.DataFrame, x: np.ndarray) -> None:
         lo, hi = d["knee_lo"][0], d["knee_hi"][0]
         bounds = lo is not None and hi is not None and np.isfinite([lo, hi]).all()
         text = f"knee {knee:.0f}" + (f" [{lo:.0f}, {hi:.0f}]" if bounds else "")
+        g_lo, g_hi = (d[c][0] if c in d.columns else None for c in ("knee_grid_lo", "knee_grid_hi"))
+        if g_lo is not None and g_hi is not None and g_hi > g_lo:
+            # the grid cannot place the knee closer than its load points either side: hatched between them
+            ax.axvspan(g_lo, g_hi, facecolor="none", edgecolor="grey", hatch="//", linewidth=0, alpha=0.35,
+                       label="load points either side of the knee")  # fmt: skip
         ax.text(
             knee,
             0.97,
@@ -95,6 +100,10 @@ def _shade_regimes(ax: Axes, d: pl.DataFrame, x: np.ndarray) -> None:
             transform=blended_transform_factory(ax.transData, ax.transAxes),
             bbox=dict(facecolor="white", alpha=0.75, edgecolor="none", pad=1.5),  # readable over the curves
         )
+    elif "knee_reason" in d.columns and d["knee_reason"][0]:
+        reason = str(d["knee_reason"][0])
+        ax.text(0.02, 0.03, "no knee: " + (reason if len(reason) <= 60 else reason[:57] + "..."), fontsize=6.5,
+                transform=ax.transAxes, color="dimgrey")  # fmt: skip
 
 
 def poa_vs_load_figure(poa: pl.DataFrame, *, replicas: int | None = None) -> Figure:

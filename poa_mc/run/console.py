@@ -53,9 +53,10 @@ class RunConsole:
             self._task = self._bar.add_task("simulating", total=max(self.total_cost, 1e-9), cells="", rate="")
         self._bar.start()
 
-    def note(self, message: str) -> None:
-        """A stage line (compiling kernels, summarising, drawing plots)."""
-        if self.quiet:
+    def note(self, message: str, *, always: bool = False) -> None:
+        """A stage line (compiling kernels, summarising, drawing plots); `always`: also with --quiet
+        (a wait of a minute or more that would otherwise look like a hang)."""
+        if self.quiet and not always:
             return
         if self._bar is not None:
             self._bar.console.print(message, highlight=False)
@@ -241,13 +242,17 @@ def best_policy_lines(poa: Any) -> list[str]:
     load_col = "concurrency" if poa["load_axis"][0] == "concurrency" else "rate"
     tag = "C" if load_col == "concurrency" else "rate"
     rows = list(poa.iter_rows(named=True))
-    out = []
-    for r in rows[:MAX_BEST_LINES]:
+    out, selfish_best, listed = [], 0, 0
+    for r in rows:
         load = r[load_col]
         at = f"{r['topology']} {tag}={load:g}" if isinstance(load, float) else f"{r['topology']} {tag}={load}"
+        winners = {k: r.get(f"best_policy_{k}") for k in ("ttft", "e2e", "goodput")}
+        if all(w in (None, r["selfish_policy"]) for w in winners.values()):
+            selfish_best += winners["ttft"] is not None  # said once, below, not a line a point
+            continue
         parts = []
         for k, name in (("ttft", "TTFT"), ("e2e", "E2E"), ("goodput", "goodput")):
-            best = r.get(f"best_policy_{k}")
+            best = winners[k]
             if best == r["selfish_policy"]:
                 parts.append(f"best on {name}: {best} (the selfish policy)")
             elif best:
@@ -257,10 +262,16 @@ def best_policy_lines(poa: Any) -> list[str]:
                     parts.append(f"best on {name}: {best} (x{margin}{tie} {r['selfish_policy']}'s)")
                 else:
                     parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin}{tie})")
-        if parts:
+        listed += 1
+        if listed <= MAX_BEST_LINES:
             out.append(f"{at}: " + "; ".join(parts))
-    if len(rows) > MAX_BEST_LINES:
-        out.append(f"... {len(rows) - MAX_BEST_LINES} more points: poa.parquet (best_policy_ttft, best_policy_e2e)")
+    if listed > MAX_BEST_LINES:
+        out.append(f"... {listed - MAX_BEST_LINES} more points: poa.parquet (best_policy_ttft, best_policy_e2e)")
+    if selfish_best:
+        out.append(
+            f"at the other {selfish_best} of {len(rows)} points the selfish policy ({rows[0]['selfish_policy']}) is "
+            "best on every measure"
+        )
     out += _knee_lines(rows, load_col, tag)
     for r in rows:
         if r.get("ttft_win_slows_decode"):

@@ -315,7 +315,8 @@ def run_grid(
     report.repaired = sorted(damaged)
     if todo and simulate is _ENGINE and kernels_cold(backend, todo):
         console.note(
-            f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)"
+            f"compiling the {backend} kernels (once per machine and poa-mc version; about a minute on 2 cores)",
+            always=True,
         )
     from poa_mc.stats.accumulate import accumulate
     from poa_mc.stats.accumulate import frame as acc_frame
