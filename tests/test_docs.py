@@ -29,3 +29,16 @@ def test_relative_links_point_at_files_that_exist(path: Path):
         if file and not (path.parent / file).exists():
             missing.append(target)
     assert not missing, f"{path.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def test_the_first_answer_grid_in_docs_grid_md_is_valid():
+    """docs/grid.md's "A first answer" grid is the one a new user copies: it must load, and say
+    what the text says it derives (41,675 KV blocks, a 2,000-token prefix, NVLink 4)."""
+    from poa_mc.model.config import loads_grid
+
+    text = (ROOT / "docs" / "grid.md").read_text(encoding="utf-8")
+    section = text.split("## A first answer\n", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    cell = loads_grid(toml).cells()[0].spec
+    assert cell.cluster.decode_kv_blocks == 41675 and cell.workload.prefix_tokens == 2000
+    assert cell.cluster.transfer_gbps == 450.0
