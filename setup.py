@@ -8,7 +8,7 @@ setup(
     description="GPU-accelerated Monte Carlo estimator of the Price of Anarchy in disaggregated LLM serving",
     python_requires=">=3.10",
     packages=find_packages(include=["poa_mc", "poa_mc.*"]),
-    package_data={"poa_mc.data": ["grids/*.toml", "traces/*", "profiles/*.json", "profiles/NOTICE"]},
+    package_data={"poa_mc.data": ["grids/*.toml", "traces/*", "profiles/*.json", "profiles/NOTICE", "benchmarks/*"]},
     install_requires=[
         "numpy>=1.26",
         "numba>=0.60",

@@ -38,7 +38,7 @@ def ring_runs(ip: np.ndarray, fp: np.ndarray) -> int:
         return RING_MAX
     bs = int(ip[L.P_B])
     isl, osl = int(ip[L.P_ISL_A]), int(ip[L.P_OSL_A])
-    pfx = math.floor(fp[L.F_RATIO] * isl) // bs
+    pfx = math.floor(min(fp[L.F_RATIO] * isl, fp[L.F_PTOK])) // bs  # as poa_mc/kernels/requests.py draws it
     runs = [n for n in (isl // bs - pfx, (isl + osl - 1) // bs - pfx) if n > 0]
     kv = max(int(ip[L.P_PKV]), int(ip[L.P_DKV]), int(ip[L.P_G2CAP]))  # G2's ring of runs has as many rows
     return min(RING_MAX, kv // min(runs, default=kv) + int(ip[L.P_S]) + 2)

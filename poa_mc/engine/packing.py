@@ -181,8 +181,9 @@ def pack_params(
     fp[L.F_TAU] = pol.temperature
     fp[L.F_THINK] = w.think_ms
     fp[L.F_RATE] = w.rate_rps / 1000.0
-    fp[L.F_RATIO] = w.prefix_ratio
-    fp[L.F_PTOK] = float(w.prefix_tokens)
+    # prefix_tokens: the whole prompt, capped at that many tokens (poa_mc/kernels/requests.py)
+    fp[L.F_RATIO] = 1.0 if w.prefix_tokens > 0 else w.prefix_ratio
+    fp[L.F_PTOK] = float(w.prefix_tokens) if w.prefix_tokens > 0 else 1e300
     fp[L.F_ISL_MU], fp[L.F_ISL_SIG] = imu, isig
     fp[L.F_OSL_MU], fp[L.F_OSL_SIG] = omu, osig
     if c.transfer_gbps > 0 and c.kv_bytes_per_token > 0:

@@ -302,7 +302,7 @@ F_CL_OVH = 59  # client: ms from a request's connection to its arrival at the fr
 F_NIXL_POST = 60  # HANDOVER_VLLM: ms of the decode worker's step to post the reads of one KV block
 F_NIC_GBPS = 61  # P_LINKS: a node's network link, GB/s (1e6 bytes per ms), shared by the transfers leaving it
 F_KV_BYTES = 62  # P_LINKS: KV bytes per prompt token (what a transfer across nodes moves)
-F_PTOK = 63  # > 0: a prefix group shares this many tokens of each prompt (capped by it) instead of F_RATIO
+F_PTOK = 63  # the shared prefix's cap, tokens: prefix_tokens (F_RATIO = 1 then), or 1e300 (no cap: F_RATIO)
 NF_P = 64
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----

@@ -207,10 +207,9 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client
             )
             grp = draw_group(key, rid, ip[P_G], ip[P_POP] == 1, tabs[2])
         if pfx < 0:
-            if fp[F_PTOK] > 0.0:  # a shared prefix of a fixed length (a system prompt)
-                pfx = full_blocks(ip, np.int64(min(fp[F_PTOK], np.float64(isl))))
-            else:
-                pfx = full_blocks(ip, np.int64(math.floor(fp[F_RATIO] * isl)))
+            # a share of the prompt, or with a fixed-length prefix (a system prompt) share 1 capped at
+            # its length (F_PTOK: the host packs 1e300 for no cap), one expression with no branch
+            pfx = full_blocks(ip, np.int64(math.floor(min(fp[F_RATIO] * isl, fp[F_PTOK]))))
         seq = rep_i[r, RI_SEQ]
         if ip[P_CLIENT] == 0:  # a modelled client counted it when it created it (poa_mc/kernels/client.py)
             count_in_flight(ip, rep_i, rep_f, r, t, 1)  # before the count of arrivals moves on
