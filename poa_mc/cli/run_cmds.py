@@ -129,12 +129,14 @@ def run(
     if report.reduced:
         import polars as pl
 
+        from poa_mc.io.store import RunDir
         from poa_mc.run.console import summary_notes
 
-        for line in summary_notes(pl.read_parquet(report.out / "summary.parquet"), grid.run.warmup):
+        rd = RunDir(report.out)
+        for line in summary_notes(pl.read_parquet(rd.summary_path), grid.run.warmup):
             if not (quiet and line.startswith("note:")):  # --quiet keeps the warnings only
                 click.echo(line, err=True)
-        say(f"results: {report.out / 'summary.parquet'}, {report.out / 'poa.parquet'}")
+        say(f"results: {rd.summary_path}, {rd.poa_path}")
         if report.plots:
             say(f"plots:   {report.out / 'plots'}/ ({', '.join(p.name for p in report.plots)})")
         say(f"analyse: python -c \"import poa_mc; print(poa_mc.load('{report.out}').poa.collect())\"")

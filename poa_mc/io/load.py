@@ -33,8 +33,7 @@ class Run:
     path: Path
     manifest: dict[str, Any]
 
-    def _file(self, name: str) -> Path:
-        p = self.path / name
+    def _file(self, p: Path) -> Path:
         if not p.exists():
             raise FileNotFoundError(f"{p} does not exist yet; run `poa-mc reduce {self.path}`")
         return p
@@ -91,19 +90,25 @@ class Run:
     def summary(self) -> pl.LazyFrame:
         import polars as pl
 
-        return pl.scan_parquet(self._file("summary.parquet"))
+        from poa_mc.io.store import RunDir
+
+        return pl.scan_parquet(self._file(RunDir(self.path).summary_path))
 
     @property
     def poa(self) -> pl.LazyFrame:
         import polars as pl
 
-        return pl.scan_parquet(self._file("poa.parquet"))
+        from poa_mc.io.store import RunDir
+
+        return pl.scan_parquet(self._file(RunDir(self.path).poa_path))
 
 
 def load(path: str | Path) -> Run:
     """Open run directory `path`: `poa_mc.load("runs/quickstart").summary.collect()`."""
     path = Path(path)
-    manifest_path = path / "manifest.json"
+    from poa_mc.io.store import RunDir
+
+    manifest_path = RunDir(path).manifest_path
     if not manifest_path.exists():
         raise FileNotFoundError(f"{path} holds no manifest.json; not a poa-mc run directory")
     return Run(path=path, manifest=json.loads(manifest_path.read_text()))
