@@ -439,3 +439,21 @@ def test_with_an_slo_the_poa_table_compares_goodputs(tmp_path):
         g = summary.filter((pl.col("topology") == row["topology"]) & (pl.col("concurrency") == row["concurrency"]))
         rates = dict(zip(g["policy"], g["goodput_rps"]))
         assert row["poa_cf_goodput"] == pytest.approx(max(1.0, max(rates.values()) / rates["greedy"]))
+
+
+def test_a_tiny_ttft_win_is_not_worth_the_warning():
+    """A TTFT gain of 0.1%, however significant (the quickstart's 1.001 [1.001, 1.001]), bought with
+    a slower decode is not flagged: the warning needs a gain of 1% beyond doubt."""
+    from poa_mc.stats.cell_stats import CellStats
+    from poa_mc.stats.counterfactual import counterfactual_poa
+    from poa_mc.stats.reduce import _wins_by_slowing_decode
+
+    rng = np.random.default_rng(2)
+    common = rng.normal(0.0, 20.0, 64)
+    ttft = {"kv": 2549.4 + common, "oracle": 2547.0 + common + rng.normal(0.0, 0.1, 64)}
+    win = counterfactual_poa(ttft, "kv")
+    assert win.best_policy == "oracle" and 1.0 < win.lo < 1.01
+    e2e = {p: 4000.0 + common for p in ttft}
+    stats = {p: CellStats({"itl_mean_ms": 6.62 if p == "kv" else 6.64}, {"mean_ttft": ttft[p], "mean_e2e": e2e[p]})
+             for p in ttft}  # fmt: skip
+    assert not _wins_by_slowing_decode(stats, {"kv": "kv", "oracle": "oracle"}, "kv", win)

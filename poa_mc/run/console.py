@@ -259,7 +259,7 @@ def best_policy_lines(poa: Any) -> list[str]:
                 margin = _interval(r[f"poa_cf_{k}"], r[f"poa_cf_{k}_lo"], r[f"poa_cf_{k}_hi"])
                 tie = ": a tie" if r[f"poa_cf_{k}_lo"] is not None and r[f"poa_cf_{k}_lo"] <= 1.0 else ""
                 if k == "goodput":  # more is better: the winner's rate as a multiple of the selfish one's
-                    parts.append(f"best on {name}: {best} (x{margin}{tie} {r['selfish_policy']}'s)")
+                    parts.append(f"best on {name}: {best} (x{margin} {r['selfish_policy']}'s{tie})")
                 else:
                     parts.append(f"best on {name}: {best} ({r['selfish_policy']} is x{margin}{tie})")
         listed += 1

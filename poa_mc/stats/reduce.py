@@ -319,15 +319,20 @@ def _poa_frame(
     return columns.frame(rows, columns.POA, "poa.parquet")
 
 
+# a TTFT win worth a warning: the lower bound of the selfish policy's TTFT over the winner's above
+# this (a 1% gain beyond doubt; smaller ones, however significant, change no decision)
+MATERIAL_TTFT_GAIN = 1.01
+
+
 def _wins_by_slowing_decode(
     stats: dict[str, CellStats], by_policy: dict[str, str], selfish: str, ttft: Counterfactual
 ) -> bool:
     """Does the policy with the best mean TTFT beat the selfish one (its counterfactual interval
-    above 1) only by decoding slower: a higher mean ITL and no lower end-to-end latency (the paired
+    above MATERIAL_TTFT_GAIN) only by decoding slower: a higher mean ITL and no lower end-to-end latency (the paired
     interval of selfish over it reaches 1)? In a closed loop a slower decode keeps clients out of
     the prefill queue, which lowers TTFT without serving anyone sooner (docs/outputs.md)."""
     best = ttft.best_policy
-    if best in ("", selfish) or not ttft.lo > 1.0:
+    if best in ("", selfish) or not ttft.lo > MATERIAL_TTFT_GAIN:
         return False
     s, b = stats[by_policy[selfish]], stats[by_policy[best]]
     _, lo, _, _ = ratio_to_best(s.social["mean_e2e"], {best: b.social["mean_e2e"]})
