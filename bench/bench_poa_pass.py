@@ -53,7 +53,8 @@ def main() -> int:
     nf, ni = cpu.poa_scratch(ip)
     f, g = np.empty(nf), np.empty(ni, dtype=np.int64)
     rows = (out["out_f"], out["out_i"], out["cand"], out["poa"])
-    kernels = best(lambda: cpu._run_poa(0, a.replicas, ip, fp, step, *rows, f, g))
+    cell = np.zeros(a.replicas, dtype=np.int64)  # one cell: every replica reads row 0
+    kernels = best(lambda: cpu._run_poa(0, a.replicas, 1, cell, ip[None], fp[None], step, *rows, f, g))
     cols = results._batch_columns(out, ip, spec, True)
     cols = {k: np.ascontiguousarray(v) for k, v in cols.items()}
     host = best(lambda: poa_hat_sums(cols, spec_d, poa))

@@ -69,6 +69,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -112,6 +113,289 @@ class EngineError(RuntimeError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+@dataclass
+class Packed:
+    """A cell packed for the kernels (poa_mc.engine.packing), with what its launches and the
+    unpacking of its outputs need: the tallies and PoA-hat settings, the step table (`step`, None
+    without the kernels' PoA-hat sums) and each kernel array's per-replica shape."""
+
+    spec: CellSpec
+    ip: np.ndarray
+    fp: np.ndarray
+    tabs: np.ndarray
+    step: np.ndarray | None
+    shapes: dict[str, tuple]
+    n_workers: int
+    requests: int
+    record: bool
+    tallied: bool
+    poa: dict[str, Any] | None
+
+    @property
+    def per_replica(self) -> int:
+        return memory.bytes_per_replica(self.shapes)
+
+
+def pack(
+    spec: CellSpec,
+    *,
+    requests: int,
+    warmup: int,
+    seed: int,
+    stream: int,
+    record_candidates: bool = True,
+    naive_decode: bool = False,
+    drain: bool = False,
+    check_blocks: bool = False,
+    tallied: bool = False,
+    slo: dict[str, float] | None = None,
+    poa: dict[str, Any] | None = None,
+) -> Packed:
+    """One cell as simulate and simulate_cells launch it (their arguments of the same names;
+    `tallied`: the kernels tally each replica, as simulate's tally=True with a `reduce`)."""
+    ip, fp, tabs = pack_params(
+        spec,
+        requests=requests,
+        warmup=warmup,
+        seed=seed,
+        stream=stream,
+        record_candidates=record_candidates,
+        naive_decode=naive_decode,
+        drain=drain,
+        check_blocks=check_blocks,
+    )
+    if tallied:
+        ip[L.P_TALLY] = 1
+        fp[L.F_SLO_TTFT] = float((slo or {}).get("ttft_ms", 0.0))
+        fp[L.F_SLO_ITL] = float((slo or {}).get("itl_ms", 0.0))
+    step = None  # with the kernels' PoA-hat sums, the step table (empty for the router cost)
+    if tallied and poa is not None and record_candidates:
+        made = poa_plan.kernel_params(poa_plan.plan(spec, poa), spec, requests)
+        if made is not None:
+            entries, fp[L.F_POA_OMEGA], step = made
+            for j, v in entries.items():
+                ip[j] = v
+    n_workers = int(ip[L.P_NP] + ip[L.P_ND])
+    shapes = memory._shapes(ip, fp, n_workers, requests, record_candidates)
+    return Packed(spec, ip, fp, tabs, step, shapes, n_workers, requests, record_candidates, tallied, poa)
+
+
+def target_for(backend: str):
+    """The backend's kernels module (poa_mc.kernels.cpu or .cuda), imported on first use."""
+    if backend == "cuda":
+        from poa_mc.kernels import cuda as target
+    else:
+        from poa_mc.kernels import cpu as target
+    return target
+
+
+def batch_budget(backend: str, max_batch_bytes: int | None) -> int:
+    """Bytes a launch's kernel state may take: half the available memory (and of the GPU's free
+    memory on CUDA), or `max_batch_bytes`."""
+    if max_batch_bytes is not None:
+        return max_batch_bytes
+    budget = memory._available_memory() // 2
+    if backend == "cuda":
+        budget = min(budget, target_for(backend).free_memory() // 2)
+    return budget
+
+
+def state_per_replica(cell: Packed, backend: str) -> int:
+    """Bytes of one replica's kernel state on `backend` (a GPU's PoA-hat scratch is per replica,
+    a CPU's per thread)."""
+    per_rep = cell.per_replica
+    if backend == "cuda" and cell.ip[L.P_POA]:
+        ip = cell.ip
+        nf, ni = poa_hat.sizes(cell.requests, int(ip[L.P_POA_WIN]), int(ip[L.P_POA_K]), int(ip[L.P_POA_SLOTS]))
+        per_rep += 8 * (nf + ni)
+    return per_rep
+
+
+def streamed_per_replica(cell: Packed, backend: str) -> int:
+    """Bytes one replica holds while its batch streams through a reduction: its kernel state, and
+    twice its per-request arrays (the batch's outputs and what its reduction computes)."""
+    return state_per_replica(cell, backend) + 2 * cell.requests * memory.result_bytes_per_request(
+        cell.n_workers, cell.record
+    )
+
+
+def stream_cap(backend: str) -> int:
+    """A streamed batch's share of memory: STREAM_BATCH_BYTES on the CPU; a GPU needs tens of
+    thousands of replicas per launch to be busy, so its batches may take an eighth of the host's
+    memory (the batch is reduced on the host)."""
+    if backend == "cpu":
+        return memory.STREAM_BATCH_BYTES
+    return max(memory.STREAM_BATCH_BYTES, memory._available_memory() // 8)
+
+
+class Outputs:
+    """One cell's results, gathered batch by batch as they leave the kernels: its kept samples and
+    candidates, its per-replica arrays and logs, and (with `reduce`) each batch's reduction, run on
+    the reducer's thread one batch at a time, in batch order."""
+
+    def __init__(
+        self, cell: Packed, replicas: int, kept: int, reduce: BatchReducer | None, after: Future | None
+    ) -> None:
+        self.cell, self.replicas, self.kept, self.reduce = cell, replicas, kept, reduce
+        ip, record = cell.ip, cell.record
+        # the kept samples: one block per dtype, a field per row (_scatter_fields fills them)
+        self.f_names = [*SAMPLE_FLOAT_FIELDS, *(["decode_decided_ms"] if record else [])]
+        self.f_src = np.array([*_OF, *([L.OF_DDEC] if record else [])], dtype=np.int64)
+        self.i_names = [n for n in SAMPLE_INT_FIELDS if n != "seq"] + (["chosen", *_ADDED] if record else [])
+        self.i_src = np.array(
+            [oi for n, oi in zip(SAMPLE_INT_FIELDS, _OI) if n != "seq"]
+            + ([L.OI_CHOSEN, *_ADDED.values()] if record else []),
+            dtype=np.int64,
+        )
+        self.f_block = np.empty((len(self.f_names), replicas, kept))
+        self.i_block = np.empty((len(self.i_names), replicas, kept), dtype=np.int32)
+        by_name = {**dict(zip(self.f_names, self.f_block)), **dict(zip(self.i_names, self.i_block))}
+        by_name["seq"] = np.empty((replicas, kept), dtype=np.int64)
+        self.samples = {name: by_name[name] for name in (*SAMPLE_FLOAT_FIELDS, *SAMPLE_INT_FIELDS)}
+        self.cands: dict[str, np.ndarray] = {}
+        if record:
+            self.cands = {
+                "cand_tokens": np.empty((replicas, kept, cell.n_workers)),
+                "cand_blocks": np.empty((replicas, kept, cell.n_workers)),
+                **{name: by_name[name] for name in ("chosen", *_ADDED, "decode_decided_ms")},
+            }
+        self.rep: dict[str, np.ndarray] = {}
+        self.logs: dict[str, np.ndarray] = {}
+        self.n_log = int(ip[L.P_CTL_LOG])
+        self.n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.reducing: Future | None = None
+        self.after = after
+
+    def wanted(self) -> dict | None:
+        """What the kernels' run_batch need copy back of a tallied batch's request rows: only the
+        kept samples and what PoA-hat and the conservation count read (poa_mc/kernels/cuda.py)."""
+        return _wanted_rows(self.kept, bool(self.cell.ip[L.P_POA])) if self.cell.tallied else None
+
+    def _keep_samples(self, of: np.ndarray, oi: np.ndarray, cols: dict[str, np.ndarray], r0: int) -> None:
+        kept = self.kept
+        if not kept:
+            return
+        _scatter_fields(of, self.f_src, self.f_block, r0, kept)
+        _scatter_fields(oi, self.i_src, self.i_block, r0, kept)
+        self.samples["seq"][r0 : r0 + len(cols["seq"])] = cols["seq"][:, :kept]
+        for name in ("cand_tokens", "cand_blocks") if self.cell.record else ():
+            self.cands[name][r0 : r0 + len(cols[name])] = cols[name][:, :kept]
+
+    def _keep_and_reduce(self, of, oi, cols, rep_b, logs_b, r0: int) -> dict[str, np.ndarray]:
+        self._keep_samples(of, oi, cols, r0)
+        # the reduction reads whole fields: each field's column gathered from the request rows,
+        # one at a time, read the batch's outputs once per field (a third of the reduction's time
+        # without PoA-hat, bench/NOTES.md); here every row is read once, its fields to contiguous
+        # arrays of the same dtype and values
+        nr, n = of.shape[0], of.shape[1]
+        f_names, i_names, tallied = self.f_names, self.i_names, self.cell.tallied
+        if self.kept == n:  # _keep_samples just gathered them into the kept samples' blocks
+            dense = {
+                **dict(zip(f_names, self.f_block[:, r0 : r0 + nr])),
+                **dict(zip(i_names, self.i_block[:, r0 : r0 + nr])),
+            }
+        else:  # with the kernels' tallies, only PoA-hat's fields (the others stay views of the rows),
+            # and none where the kernels worked PoA-hat out too
+            dense = {}
+            solved = "poa_kernel" in cols and not np.isnan(cols["poa_kernel"][:, 1]).any()
+            for names, src, rows, dtype in (
+                (f_names, self.f_src, of, np.float64),
+                (i_names, self.i_src, oi, np.int32),
+            ):
+                pick = [j for j, name in enumerate(names) if not tallied or (name in POA_HAT_FIELDS and not solved)]
+                block = np.empty((len(pick), nr, n), dtype=dtype)
+                _scatter_fields(rows, src[pick], block, 0, n)
+                dense.update(zip([names[j] for j in pick], block))
+        return self.reduce({**cols, **dense}, rep_b, logs_b)
+
+    def take(self, out: dict[str, np.ndarray], r0: int, reducer) -> None:
+        """A batch's kernel arrays for this cell's replicas r0.. (views of the launch's arrays)."""
+        cell, ip = self.cell, self.cell.ip
+        nr = out["rep_i"].shape[0]
+        cols = _batch_columns(out, ip, cell.spec, cell.record)
+        if cell.tallied:
+            cols.update(tally_f=out["tally_f"], tally_h=out["tally_h"], tally_slo=cell.fp[[L.F_SLO_TTFT, L.F_SLO_ITL]])
+        if ip[L.P_POA]:
+            cols.update(poa_kernel=out["poa"], poa_settings=poa_plan.settings(cell.poa))
+        rep_b = _batch_replica(out, ip)
+        logs_b = _batch_logs(out, ip, self.n_log, self.n_moves)
+        if reducer is None:
+            self._keep_samples(out["out_f"], out["out_i"], cols, r0)
+        for name, arr in rep_b.items():
+            self.rep.setdefault(name, np.empty(self.replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
+        for name, arr in logs_b.items():
+            self.logs.setdefault(name, np.empty((self.replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
+        if reducer is not None:
+            if self.reducing is not None:
+                self.parts.append(self.reducing.result())
+            elif self.after is not None:
+                wait([self.after])  # an earlier call's: its error is its own caller's to raise
+            # the outputs only: the batch's state arrays are let go with `out`
+            self.reducing = reducer.submit(self._keep_and_reduce, out["out_f"], out["out_i"], cols, rep_b, logs_b, r0)
+
+    def settle(self, overlap: bool) -> None:
+        """Without `overlap`, wait for the last batch's reduction."""
+        if self.reducing is not None and not overlap:
+            self.parts.append(self.reducing.result())
+            self.reducing = None
+
+    def cancel(self) -> None:
+        if self.reducing is not None:
+            self.reducing.cancel()  # an error or Ctrl-C: a reduction not started yet is not wanted
+
+    def failure(self) -> EngineError | None:
+        """The error of a cell some of whose replicas failed (their status), else None."""
+        rep, ip, spec = self.rep, self.cell.ip, self.cell.spec
+        bad = np.flatnonzero(rep["status"] != 0)
+        if not bad.size:
+            return None
+        code = int(rep["status"][bad[0]])
+        why = {
+            1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
+            "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
+            2: "the event limit was reached (the cluster made no progress"
+            + (
+                '; cluster.decode_admission = "replay" starves preempted requests under sustained KV pressure: '
+                'set cluster.decode_admission = "fcfs", or run.drain = true (a finite run, as the replay\'s)'
+                if spec.cluster.decode_admission == "replay"
+                else ""
+            )
+            + ")",
+            3: "the simulation stalled with requests left (a request cannot fit a worker)",
+            L.STATUS_OVERCAP: "a worker held more KV blocks than it has (an engine bug: please report it)",
+            L.STATUS_TIERS: "the KV tiers did not conserve blocks (an engine bug: please report it)",
+        }.get(code, str(code))
+        return EngineError(f"{bad.size} of {self.replicas} replicas failed: {why}", key="load" if code == 1 else None)
+
+    def result(self, *, wall: float, compile_s: float, backend: str, device: str, batches: int) -> SimResult:
+        """The cell's SimResult (raises its EngineError if replicas failed); seq order (arrival
+        order) is the row order already: rows are indexed by seq - warmup."""
+        err = self.failure()
+        if err is not None:
+            raise err
+        reducing = self.reducing
+        res = SimResult(
+            samples=self.samples,
+            candidates=self.cands,
+            replica=self.rep,
+            wall_s=wall,
+            compile_s=compile_s,
+            backend=backend,
+            device=device,
+            batches=batches,
+            state_bytes_per_replica=memory.bytes_per_replica(self.cell.shapes, L.STATE_NAMES),
+            extra=self.logs,
+            acc={} if reducing is not None else _joined(self.parts),
+            pending=reducing,
+            reduced_at=None if reducing is not None else time.perf_counter(),
+            _parts=self.parts if reducing is not None else [],
+        )
+        if reducing is not None:  # stamped as the reduction ends (on the reducer's thread, or here if it has)
+            reducing.add_done_callback(lambda _: setattr(res, "reduced_at", time.perf_counter()))
+        return res
 
 
 def simulate(
@@ -168,7 +452,7 @@ def simulate(
     if warmup < 0:
         raise SpecError("run.warmup", f"must be >= 0, got {warmup}")
     backend = resolve_backend(backend)
-    ip, fp, tabs = pack_params(
+    cell = pack(
         spec,
         requests=requests,
         warmup=warmup,
@@ -178,32 +462,14 @@ def simulate(
         naive_decode=naive_decode,
         drain=drain,
         check_blocks=check_blocks,
+        tallied=tally and reduce is not None,
+        slo=slo,
+        poa=poa,
     )
-    tallied = tally and reduce is not None
-    if tallied:
-        ip[L.P_TALLY] = 1
-        fp[L.F_SLO_TTFT] = float((slo or {}).get("ttft_ms", 0.0))
-        fp[L.F_SLO_ITL] = float((slo or {}).get("itl_ms", 0.0))
-    step = None  # with the kernels' PoA-hat sums, the step table (empty for the router cost)
-    if tallied and poa is not None and record_candidates:
-        made = poa_plan.kernel_params(poa_plan.plan(spec, poa), spec, requests)
-        if made is not None:
-            entries, fp[L.F_POA_OMEGA], step = made
-            for j, v in entries.items():
-                ip[j] = v
-    n_workers = int(ip[L.P_NP] + ip[L.P_ND])
-    shapes = memory._shapes(ip, fp, n_workers, requests, record_candidates)
-    per_rep = memory.bytes_per_replica(shapes)
-    if backend == "cuda" and ip[L.P_POA]:  # a GPU's PoA-hat scratch is per replica (a CPU's per thread)
-        nf, ni = poa_hat.sizes(requests, int(ip[L.P_POA_WIN]), int(ip[L.P_POA_K]), int(ip[L.P_POA_SLOTS]))
-        per_rep += 8 * (nf + ni)
-    budget = max_batch_bytes if max_batch_bytes is not None else memory._available_memory() // 2
-    if backend == "cuda":
-        from poa_mc.kernels import cuda as target
-
-        budget = min(budget, target.free_memory() // 2) if max_batch_bytes is None else budget
-    else:
-        from poa_mc.kernels import cpu as target
+    ip = cell.ip
+    per_rep = state_per_replica(cell, backend)
+    budget = batch_budget(backend, max_batch_bytes)
+    target = target_for(backend)
     if per_rep > budget:
         raise EngineError(
             f"one replica needs {per_rep / 2**20:.1f} MiB of state, more than the "
@@ -212,16 +478,7 @@ def simulate(
     kept = requests if keep is None else max(0, min(int(keep), requests))
     streaming = reduce is not None or kept < requests
     if streaming:  # one batch's per-request arrays at a time, reduced as it leaves the kernels
-        # the kernels' arrays of a batch, and as much again for what its reduction computes
-        per_rep_streamed = per_rep + 2 * requests * memory.result_bytes_per_request(n_workers, record_candidates)
-        # a GPU needs tens of thousands of replicas per launch to be busy: its batches may take an
-        # eighth of the host's memory (the batch is reduced on the host)
-        cap = (
-            memory.STREAM_BATCH_BYTES
-            if backend == "cpu"
-            else max(memory.STREAM_BATCH_BYTES, memory._available_memory() // 8)
-        )
-        batch = max(1, min(replicas, budget // per_rep, cap // per_rep_streamed))
+        batch = max(1, min(replicas, budget // per_rep, stream_cap(backend) // streamed_per_replica(cell, backend)))
     else:
         batch = max(1, min(replicas, budget // per_rep))
     n_batches = -(-replicas // batch)
@@ -231,35 +488,8 @@ def simulate(
             "(results are the same as in one batch)",
             replicas, per_rep / 2**20, budget / 2**20, n_batches, batch,
         )  # fmt: skip
-    # the kept samples: one block per dtype, a field per row (_scatter_fields fills them)
-    f_names = [*SAMPLE_FLOAT_FIELDS, *(["decode_decided_ms"] if record_candidates else [])]
-    f_src = np.array([*_OF, *([L.OF_DDEC] if record_candidates else [])], dtype=np.int64)
-    i_names = [n for n in SAMPLE_INT_FIELDS if n != "seq"] + (["chosen", *_ADDED] if record_candidates else [])
-    i_src = np.array(
-        [oi for n, oi in zip(SAMPLE_INT_FIELDS, _OI) if n != "seq"]
-        + ([L.OI_CHOSEN, *_ADDED.values()] if record_candidates else []),
-        dtype=np.int64,
-    )
-    f_block = np.empty((len(f_names), replicas, kept))
-    i_block = np.empty((len(i_names), replicas, kept), dtype=np.int32)
-    by_name = {**dict(zip(f_names, f_block)), **dict(zip(i_names, i_block))}
-    by_name["seq"] = np.empty((replicas, kept), dtype=np.int64)
-    samples = {name: by_name[name] for name in (*SAMPLE_FLOAT_FIELDS, *SAMPLE_INT_FIELDS)}
-    cands = {}
-    if record_candidates:
-        cands = {
-            "cand_tokens": np.empty((replicas, kept, n_workers)),
-            "cand_blocks": np.empty((replicas, kept, n_workers)),
-            **{name: by_name[name] for name in ("chosen", *_ADDED, "decode_decided_ms")},
-        }
-    rep: dict[str, np.ndarray] = {}
-    n_log = int(ip[L.P_CTL_LOG])
-    n_moves = int(ip[L.P_PL_LOG]) if ip[L.P_PLAN] else 0
-    # with the kernels' tallies the host reads of a batch's request rows only the kept samples and
-    # what PoA-hat and the conservation count read: on a GPU only those come back (poa_mc/kernels/cuda.py)
-    wanted = _wanted_rows(kept, bool(ip[L.P_POA])) if tallied else None
-    logs: dict[str, np.ndarray] = {}
-    parts = []
+    outs = Outputs(cell, replicas, kept, reduce, after)
+    wanted = outs.wanted()
     compile_s = 0.0
     wall = 0.0
     # a batch is reduced on a thread of its own while the next one simulates: the reduction's
@@ -267,37 +497,6 @@ def simulate(
     # (bench/NOTES.md). One batch at a time, in batch order, so at most two batches' arrays are
     # alive and results are unchanged
     reducer = threads.pool("reduce", 1) if reduce else None
-    reducing: Future | None = None
-
-    def keep_samples(of: np.ndarray, oi: np.ndarray, cols: dict[str, np.ndarray], r0: int) -> None:
-        if not kept:
-            return
-        _scatter_fields(of, f_src, f_block, r0, kept)
-        _scatter_fields(oi, i_src, i_block, r0, kept)
-        samples["seq"][r0 : r0 + len(cols["seq"])] = cols["seq"][:, :kept]
-        for name in ("cand_tokens", "cand_blocks") if record_candidates else ():
-            cands[name][r0 : r0 + len(cols[name])] = cols[name][:, :kept]
-
-    def keep_and_reduce(of, oi, cols, rep_b, logs_b, r0: int) -> dict[str, np.ndarray]:
-        keep_samples(of, oi, cols, r0)
-        # the reduction reads whole fields: each field's column gathered from the request rows,
-        # one at a time, read the batch's outputs once per field (a third of the reduction's time
-        # without PoA-hat, bench/NOTES.md); here every row is read once, its fields to contiguous
-        # arrays of the same dtype and values
-        nr, n = of.shape[0], of.shape[1]
-        if kept == n:  # keep_samples just gathered them into the kept samples' blocks
-            dense = {**dict(zip(f_names, f_block[:, r0 : r0 + nr])), **dict(zip(i_names, i_block[:, r0 : r0 + nr]))}
-        else:  # with the kernels' tallies, only PoA-hat's fields (the others stay views of the rows),
-            # and none where the kernels worked PoA-hat out too
-            dense = {}
-            solved = "poa_kernel" in cols and not np.isnan(cols["poa_kernel"][:, 1]).any()
-            for names, src, rows, dtype in ((f_names, f_src, of, np.float64), (i_names, i_src, oi, np.int32)):
-                pick = [j for j, name in enumerate(names) if not tallied or (name in POA_HAT_FIELDS and not solved)]
-                block = np.empty((len(pick), nr, n), dtype=dtype)
-                _scatter_fields(rows, src[pick], block, 0, n)
-                dense.update(zip([names[j] for j in pick], block))
-        return reduce({**cols, **dense}, rep_b, logs_b)
-
     try:
         for b in range(n_batches):
             r0 = b * batch
@@ -306,74 +505,14 @@ def simulate(
             ipb[L.P_RBASE] = r0
             t0 = time.perf_counter()
             out, csec = target.run_batch(
-                ipb, fp, tabs, sketch.EDGES, shapes, nr, parallel=parallel, wanted=wanted, step=step
+                ipb, cell.fp, cell.tabs, sketch.EDGES, cell.shapes, nr, parallel=parallel, wanted=wanted, step=cell.step
             )
             wall += time.perf_counter() - t0 - csec
             compile_s += csec
-            cols = _batch_columns(out, ip, spec, record_candidates)
-            if tallied:
-                cols.update(tally_f=out["tally_f"], tally_h=out["tally_h"], tally_slo=fp[[L.F_SLO_TTFT, L.F_SLO_ITL]])
-            if ip[L.P_POA]:
-                cols.update(poa_kernel=out["poa"], poa_settings=poa_plan.settings(poa))
-            rep_b = _batch_replica(out, ip)
-            logs_b = _batch_logs(out, ip, n_log, n_moves)
-            if reducer is None:
-                keep_samples(out["out_f"], out["out_i"], cols, r0)
-            for name, arr in rep_b.items():
-                rep.setdefault(name, np.empty(replicas, dtype=arr.dtype))[r0 : r0 + nr] = arr
-            for name, arr in logs_b.items():
-                logs.setdefault(name, np.empty((replicas, *arr.shape[1:])))[r0 : r0 + nr] = arr
-            if reducer is not None:
-                if reducing is not None:
-                    parts.append(reducing.result())
-                elif after is not None:
-                    wait([after])  # an earlier call's: its error is its own caller's to raise
-                # the outputs only: the batch's state arrays are let go now
-                reducing = reducer.submit(keep_and_reduce, out["out_f"], out["out_i"], cols, rep_b, logs_b, r0)
-            del out, cols
-        if reducing is not None and not overlap:
-            parts.append(reducing.result())
-            reducing = None
+            outs.take(out, r0, reducer)
+            del out
+        outs.settle(overlap)
     except BaseException:
-        if reducing is not None:
-            reducing.cancel()  # an error or Ctrl-C: a reduction not started yet is not wanted
+        outs.cancel()
         raise
-    bad = np.flatnonzero(rep["status"] != 0)
-    if bad.size:
-        code = int(rep["status"][bad[0]])
-        why = {
-            1: f"more than cluster.max_inflight={int(ip[L.P_S])} requests in flight (the offered load "
-            "exceeds the cluster's capacity: lower the rate or raise max_inflight)",
-            2: "the event limit was reached (the cluster made no progress"
-            + (
-                '; cluster.decode_admission = "replay" starves preempted requests under sustained KV pressure: '
-                'set cluster.decode_admission = "fcfs", or run.drain = true (a finite run, as the replay\'s)'
-                if spec.cluster.decode_admission == "replay"
-                else ""
-            )
-            + ")",
-            3: "the simulation stalled with requests left (a request cannot fit a worker)",
-            L.STATUS_OVERCAP: "a worker held more KV blocks than it has (an engine bug: please report it)",
-            L.STATUS_TIERS: "the KV tiers did not conserve blocks (an engine bug: please report it)",
-        }.get(code, str(code))
-        raise EngineError(f"{bad.size} of {replicas} replicas failed: {why}", key="load" if code == 1 else None)
-    # seq order (arrival order) is the row order already: rows are indexed by seq - warmup
-    res = SimResult(
-        samples=samples,
-        candidates=cands,
-        replica=rep,
-        wall_s=wall,
-        compile_s=compile_s,
-        backend=backend,
-        device=target.device_name(),
-        batches=n_batches,
-        state_bytes_per_replica=memory.bytes_per_replica(shapes, L.STATE_NAMES),
-        extra=logs,
-        acc={} if reducing is not None else _joined(parts),
-        pending=reducing,
-        reduced_at=None if reducing is not None else time.perf_counter(),
-        _parts=parts if reducing is not None else [],
-    )
-    if reducing is not None:  # stamped as the reduction ends (on the reducer's thread, or here if it has)
-        reducing.add_done_callback(lambda _: setattr(res, "reduced_at", time.perf_counter()))
-    return res
+    return outs.result(wall=wall, compile_s=compile_s, backend=backend, device=target.device_name(), batches=n_batches)

@@ -20,22 +20,20 @@ from numba.np import arrayobj
 
 from . import poa_hat, threads
 from ._cache import keyed_cache_dir
+from .cells import lean, stacked
 from .fixed_rows import fixed_last
 from .layout import (
     FIXED_WIDTH,
     NPC,
-    P_G2CAP,
     P_N,
     P_POA,
     P_POA_K,
     P_POA_SLOTS,
     P_POA_WIN,
     P_TALLY,
-    P_TRACE,
     P_WARM,
     POA_OBSERVED_STEP,
     POA_ROUTER,
-    TRACE_NONE,
 )
 from .source import build
 
@@ -54,6 +52,9 @@ _JIT_INLINE = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", er
 # The loops are serial and GIL-free: run_batch spreads replicas over threads itself (a prange loop
 # compiled 9 s slower and ran slower than plain threads over contiguous chunks, bench/NOTES.md);
 # explicit arguments rather than *arrays (a tuple argument made the replica loop about 7% slower).
+# A batch may hold replicas of several cells (a grid's small cells, poa_mc/engine/cell_batch.py):
+# replica r reads its cell's row of the stacked parameters, ips[cell[r]] (a one-cell batch has one
+# row), a view of the same type as a cell's own arrays, so the builds compile once for both.
 with keyed_cache_dir("cpu"):
     _K = build(_JIT, _JIT_INLINE, fixed=fixed_last)
     _simulate_full = _K.simulate_replica
@@ -61,13 +62,15 @@ with keyed_cache_dir("cpu"):
 
     @numba.njit(cache=True, nogil=True)
     def _run_full(
-        r0, r1, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
-        out_f, out_i, cand, tally_f, tally_h,
+        r0, r1, stride, cell, ips, fps, tabss, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c,
+        rep_i, rep_f, out_f, out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
-        for r in range(r0, r1):
+        for r in range(r0, r1, stride):
+            c = cell[r]
+            ip, fp = ips[c], fps[c]
             _simulate_full(
-                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-                out_i, cand,
+                r, ip, fp, tabss[c], slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
+                out_f, out_i, cand,
             )  # fmt: skip
             if ip[P_TALLY] == 1:  # while the replica's rows are in cache
                 _tally_full(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
@@ -92,13 +95,15 @@ with keyed_cache_dir("cpu-lean"):
 
     @numba.njit(cache=True, nogil=True)
     def _run_lean(
-        r0, r1, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
-        out_f, out_i, cand, tally_f, tally_h,
+        r0, r1, stride, cell, ips, fps, tabss, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c,
+        rep_i, rep_f, out_f, out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
-        for r in range(r0, r1):
+        for r in range(r0, r1, stride):
+            c = cell[r]
+            ip, fp = ips[c], fps[c]
             _simulate_lean(
-                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-                out_i, cand,
+                r, ip, fp, tabss[c], slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
+                out_f, out_i, cand,
             )  # fmt: skip
             if ip[P_TALLY] == 1:
                 _tally_lean(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
@@ -152,9 +157,10 @@ with keyed_cache_dir("cpu"):
     _pairwise_sum = _P.pairwise_sum
 
     @numba.njit(cache=True, nogil=True)
-    def _run_poa(r0, r1, ip, fp, step, out_f, out_i, cand, poa, f, g):
-        for r in range(r0, r1):
-            _replica_sums(r, ip, fp, step, out_f, out_i, cand, poa, f, g)
+    def _run_poa(r0, r1, stride, cell, ips, fps, step, out_f, out_i, cand, poa, f, g):
+        for r in range(r0, r1, stride):
+            c = cell[r]
+            _replica_sums(r, ips[c], fps[c], step, out_f, out_i, cand, poa, f, g)
 
     @numba.njit(cache=True, nogil=True)
     def _slot_sums_in(
@@ -420,11 +426,6 @@ def _plain_indices() -> Iterator[None]:
             arrayobj.fix_integer_index = original
 
 
-def lean(ip: np.ndarray) -> bool:
-    """True if the lean build can run this cell: no lower KV tiers, no replayed trace."""
-    return int(ip[P_G2CAP]) == 0 and int(ip[P_TRACE]) == TRACE_NONE
-
-
 def _zeros(shape: tuple, dtype) -> np.ndarray:
     """np.zeros starting on a cache line (numpy's own start 16 bytes past one): rows of 64 or 128
     bytes, such as the slots' (layout.py), then each take whole lines."""
@@ -448,17 +449,19 @@ def _check_widths(a: dict, lean_build: bool) -> None:
         raise ValueError(f"kernels: pc has rows of {a['pc'].shape[-1]}, the lean build compiles {NPC}")
 
 
-def _call(ip, fp, tabs, edges, a, n, r0=0, step=None) -> None:
+def _call(cell, ips, fps, tabss, edges, a, n, r0=0, step=None, stride=1) -> None:
+    """Replicas r0, r0 + stride, ... below n."""
+    ip = ips[0]  # the build, the tallies and PoA-hat are alike for every cell of a batch
     _check_widths(a, lean(ip))
     (_run_lean if lean(ip) else _run_full)(
-        r0, n, ip, fp, tabs, edges, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"], a["queue"],
-        a["run"], a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"], a["tally_f"],
-        a["tally_h"],
+        r0, n, stride, cell, ips, fps, tabss, edges, a["slot_i"], a["slot_f"], a["wk_i"], a["wk_f"], a["pc"], a["ev"],
+        a["queue"], a["run"], a["heap_t"], a["heap_c"], a["rep_i"], a["rep_f"], a["out_f"], a["out_i"], a["cand"],
+        a["tally_f"], a["tally_h"],
     )  # fmt: skip
     if ip[P_POA]:  # each thread's replicas' PoA-hat windows, in one scratch of its own
-        nf, ni = poa_scratch(ip)
+        nf, ni = max(poa_scratch(row) for row in ips)
         f, g = np.empty(nf), np.empty(ni, dtype=np.int64)
-        _run_poa(r0, n, ip, fp, step, a["out_f"], a["out_i"], a["cand"], a["poa"], f, g)
+        _run_poa(r0, n, stride, cell, ips, fps, step, a["out_f"], a["out_i"], a["cand"], a["poa"], f, g)
 
 
 def run_batch(
@@ -471,23 +474,29 @@ def run_batch(
     parallel: bool = True,
     wanted: dict | None = None,
     step: np.ndarray | None = None,
+    cell: np.ndarray | None = None,
 ) -> tuple[dict, float]:
     """Allocate state for n replicas, simulate them (and tally them, with ip[P_TALLY]; work out their
     PoA-hat sums, with ip[P_POA], `step` the step table or empty), return (arrays, seconds spent
     compiling). parallel=False runs on one thread (results are the same either way). `wanted` is
-    the CUDA target's (what to copy back); here every array is the host's."""
+    the CUDA target's (what to copy back); here every array is the host's.
+
+    With `cell` (n,), a batch of several cells: ip, fp and tabs are their stacked parameters (one
+    row per cell, poa_mc.engine.cell_batch) and replica r is one of cell[r]'s."""
     compile_s = 0.0
     step = np.empty(0) if step is None else step
+    cell, ips, fps, tabss = stacked(ip, fp, tabs, n, cell)
+    ip = ips[0]
     variant = ("lean" if lean(ip) else "full") + ("+poa" if ip[P_POA] else "")
     if variant not in _compiled:
         t0 = time.perf_counter()
-        ip1 = ip.copy()
-        ip1[P_N] = 1
-        ip1[P_WARM] = 0
+        ip1 = ips[:1].copy()
+        ip1[0, P_N] = 1
+        ip1[0, P_WARM] = 0
         a1 = _alloc({k: ((1, *v[0][1:]) if k in ("out_f", "out_i") else v[0], v[1]) for k, v in shapes.items()}, 1)
         with _inliner_budget(INLINE_THRESHOLD[variant.split("+")[0]]), _plain_indices():
             # zero replicas: compiles (or loads from cache) without simulating
-            _call(ip1, fp, tabs, edges, a1, 0, 0, step)
+            _call(np.zeros(1, dtype=np.int64), ip1, fps[:1], tabss[:1], edges, a1, 0, 0, step)
         compile_s = time.perf_counter() - t0
         _compiled.add(variant)
     a = _alloc(shapes, n)
@@ -496,13 +505,17 @@ def run_batch(
     if n_threads == 1:
         # on the calling thread: the same kernel ran 20% slower on a pool thread of its own
         # (bench/NOTES.md); the price is that Ctrl-C waits for this batch to end
-        _call(ip, fp, tabs, edges, a, n, 0, step)
+        _call(cell, ips, fps, tabss, edges, a, n, 0, step)
         return a, compile_s
     # the main thread polls rather than blocks: a SIGINT delivered to a kernel thread does not
     # wake a blocked lock, and Python only raises KeyboardInterrupt when the main thread runs. On
     # an interrupt the pool is not joined (a kernel cannot be stopped) and the caller exits
     pool = threads.pool("kernels", n_threads)
-    jobs = [pool.submit(_call, ip, fp, tabs, edges, a, bounds[i + 1], bounds[i], step) for i in range(n_threads)]
+    if len(ips) == 1:  # one cell: contiguous parts
+        parts = [(bounds[i], bounds[i + 1], 1) for i in range(n_threads)]
+    else:  # several: cells differ in cost, so each thread takes every n_threads-th replica of all of them
+        parts = [(i, n, n_threads) for i in range(n_threads)]
+    jobs = [pool.submit(_call, cell, ips, fps, tabss, edges, a, hi, lo, step, by) for lo, hi, by in parts]
     try:
         pending = set(jobs)
         while pending:

@@ -23,6 +23,7 @@ from numba import cuda  # noqa: E402
 
 from . import poa_hat  # noqa: E402
 from ._cache import keyed_cache_dir  # noqa: E402
+from .cells import stacked  # noqa: E402
 from .layout import OUTPUT_NAMES, P_N, P_POA, P_POA_K, P_POA_SLOTS, P_POA_WIN, P_TALLY, STATE_NAMES  # noqa: E402
 from .source import build  # noqa: E402
 
@@ -52,14 +53,16 @@ with keyed_cache_dir("cuda" + _VARIANT):
 
     @cuda.jit(cache=True, **_KERNEL)
     def _run_kernel(
-        n, ip, fp, tabs, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-        out_i, cand, tally_f, tally_h,
+        n, cell, ips, fps, tabss, edges, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i,
+        rep_f, out_f, out_i, cand, tally_f, tally_h,
     ):  # fmt: skip
         r = cuda.grid(1)
         if r < n:
+            c = cell[r]  # a launch may hold several cells' replicas (poa_mc/kernels/cells.py)
+            ip, fp = ips[c], fps[c]
             _simulate_replica(
-                r, ip, fp, tabs, slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f, out_f,
-                out_i, cand,
+                r, ip, fp, tabss[c], slot_i, slot_f, wk_i, wk_f, pc, ev, queue, run, heap_t, heap_c, rep_i, rep_f,
+                out_f, out_i, cand,
             )  # fmt: skip
             if ip[P_TALLY] == 1:  # on the device: only the tallies need come back for the summary
                 _tally_rows(ip, fp, edges, out_f, out_i, tally_f, tally_h, r)
@@ -69,10 +72,11 @@ with keyed_cache_dir("cuda" + _VARIANT):
     # PoA-hat's windows, a launch of their own after the simulation's: the solver's registers and
     # scratch stay out of the event loop's kernel
     @cuda.jit(cache=True, **_KERNEL)
-    def _poa_kernel(n, ip, fp, step, out_f, out_i, cand, poa, f, g):
+    def _poa_kernel(n, cell, ips, fps, step, out_f, out_i, cand, poa, f, g):
         r = cuda.grid(1)
         if r < n:
-            _replica_sums(r, ip, fp, step, out_f, out_i, cand, poa, f[r], g[r])
+            c = cell[r]
+            _replica_sums(r, ips[c], fps[c], step, out_f, out_i, cand, poa, f[r], g[r])
 
 
 _NAMES = STATE_NAMES + OUTPUT_NAMES  # the kernel's argument order
@@ -119,14 +123,15 @@ def argument_types(ip: np.ndarray, fp: np.ndarray, tabs: np.ndarray, edges: np.n
     def view(shape: tuple, dtype) -> object:
         return numba.typeof(np.empty(_stored_shape(shape, 2), dtype=dtype).T)
 
-    params = [numba.types.int64, *(numba.typeof(np.ascontiguousarray(x)) for x in (ip, fp, tabs, edges))]
+    cell, *stacks = stacked(ip, fp, tabs, 2, None)  # as a one-cell launch stacks them
+    params = [numba.types.int64, *(numba.typeof(x) for x in (cell, *stacks, np.ascontiguousarray(edges)))]
     state = {name: view(*shapes[name]) for name in _NAMES}
     step = numba.typeof(np.empty(0, dtype=np.float64))
     poa = view((3,), np.float64)
     scratch = (view((1,), np.float64), view((1,), np.int64))
     return {
         "run": (*params, *(state[k] for k in _NAMES)),
-        "poa": (*params[:3], step, state["out_f"], state["out_i"], state["cand"], poa, *scratch),
+        "poa": (*params[:4], step, state["out_f"], state["out_i"], state["cand"], poa, *scratch),
     }
 
 
@@ -168,6 +173,7 @@ def run_batch(
     parallel: bool = True,
     wanted: dict | None = None,
     step: np.ndarray | None = None,
+    cell: np.ndarray | None = None,
 ) -> tuple[dict, float]:
     """Simulate n replicas on the GPU (and, with ip[P_POA], work out their PoA-hat sums, `step`
     the step table or empty); returns (host arrays in logical layout, seconds compiling).
@@ -176,20 +182,25 @@ def run_batch(
     "cand": their fields `wanted[name]` (for cand: all of it when wanted["cand"]) for every
     request, and all fields of the first `wanted["rows"]` requests; and, where a replica's PoA-hat
     sums are NaN (a window the kernels leave to the host), the fields of wanted["fallback"] too.
-    The rest of the host arrays hold NaN (floats) or INT32_MIN (integers), never read."""
+    The rest of the host arrays hold NaN (floats) or INT32_MIN (integers), never read.
+
+    With `cell` (n,), a batch of several cells, one launch: ip, fp and tabs are their stacked
+    parameters (poa_mc/kernels/cells.py) and replica r is one of cell[r]'s."""
+    cell, ips, fps, tabss = stacked(ip, fp, tabs, n, cell)
+    ip = ips[0]  # the tallies and PoA-hat are alike for every cell of a batch
     views = {}
     stores = {}
     for name in _NAMES:
         shape, dtype = shapes[name]
         stores[name], views[name] = _device_array(shape, dtype, n)
-    d_ip, d_fp, d_tabs, d_edges = (cuda.to_device(x) for x in (ip, fp, tabs, edges))
+    d_cell, d_ip, d_fp, d_tabs, d_edges = (cuda.to_device(x) for x in (cell, ips, fps, tabss, edges))
     compile_s = 0.0
     tpb = int(os.environ.get("POA_MC_CUDA_TPB", THREADS_PER_BLOCK))
     blocks = max(1, -(-n // tpb))
     args = [views[k] for k in _NAMES]
     with_poa = bool(ip[P_POA])
     if with_poa:
-        nf, ni = poa_hat.sizes(int(ip[P_N]), int(ip[P_POA_WIN]), int(ip[P_POA_K]), int(ip[P_POA_SLOTS]))
+        nf, ni = max(poa_hat.sizes(int(x[P_N]), int(x[P_POA_WIN]), int(x[P_POA_K]), int(x[P_POA_SLOTS])) for x in ips)
         stores["poa"], views["poa"] = _device_array((3,), np.float64, n)
         _, poa_f = _device_array((nf,), np.float64, n)
         _, poa_i = _device_array((ni,), np.int64, n)
@@ -197,13 +208,13 @@ def run_batch(
         poa_args = (views["out_f"], views["out_i"], views["cand"], views["poa"], poa_f, poa_i)
     if "main" not in _compiled:
         t0 = time.perf_counter()
-        _run_kernel[1, 1](0, d_ip, d_fp, d_tabs, d_edges, *args)
+        _run_kernel[1, 1](0, d_cell, d_ip, d_fp, d_tabs, d_edges, *args)
         cuda.synchronize()
         compile_s += time.perf_counter() - t0
         _compiled.add("main")
     if with_poa and "poa" not in _compiled:
         t0 = time.perf_counter()
-        _poa_kernel[1, 1](0, d_ip, d_fp, d_step, *poa_args)
+        _poa_kernel[1, 1](0, d_cell, d_ip, d_fp, d_step, *poa_args)
         cuda.synchronize()
         compile_s += time.perf_counter() - t0
         _compiled.add("poa")
@@ -212,9 +223,9 @@ def run_batch(
     if start is not None:
         start.record()
     t0 = time.perf_counter()
-    _run_kernel[blocks, tpb](n, d_ip, d_fp, d_tabs, d_edges, *args)
+    _run_kernel[blocks, tpb](n, d_cell, d_ip, d_fp, d_tabs, d_edges, *args)
     if with_poa:
-        _poa_kernel[blocks, tpb](n, d_ip, d_fp, d_step, *poa_args)
+        _poa_kernel[blocks, tpb](n, d_cell, d_ip, d_fp, d_step, *poa_args)
     if stop is not None:
         stop.record()
         stop.synchronize()

@@ -364,9 +364,10 @@ def run_grid(
         except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
             pass
 
-    # a cell's files are written on a thread of their own while the next cell simulates (a grid
-    # of small cells spent a fifth of its time writing them, bench/NOTES.md); one cell at a time,
-    # and only cells whose samples are small, so that memory and a Ctrl-C's wait stay small
+    # a launch's cells' files are written on a thread of their own while the next launch simulates
+    # (a grid of small cells spent a fifth of its time writing them, bench/NOTES.md); one launch's
+    # at a time, in order, and only cells whose samples are small, so that memory and a Ctrl-C's
+    # wait stay small
     writer = threads.pool("writer", 1)
     writing: Future | None = None
     pending: Future | None = None  # the previous cell's last reduction, maybe still running
@@ -379,69 +380,131 @@ def run_grid(
         finally:
             claims.release(cell.cell_id)
 
+    # the engine runs a grid's small cells in batches, several to a launch (poa_mc/engine/cell_batch.py);
+    # a test's stand-in engine gets them one at a time
+    order, batch_of, batch_len, packed = todo, {}, {}, {}
+    if simulate is _ENGINE and todo:
+        order, batch_of, batch_len, packed = _batches(todo, grid, backend, poa_cfg, slo)
+
+    def simulate_one(cell: Cell) -> Any:
+        def reduce_batch(cols, rep, logs, spec=cell.spec):
+            return accumulate(cols, rep, spec, poa_cfg, slo, logs)
+
+        # batches reduced as they leave the kernels, each replica's requests tallied and its
+        # PoA-hat windows solved there, the cell's last batch reduced beside the next cell
+        streams = {"keep": keep, "reduce": reduce_batch, "tally": True, "slo": slo, "poa": poa_cfg,
+                   "overlap": True, "after": pending}  # fmt: skip
+        if r.drain:  # a finite run: no arrivals after the measured requests
+            streams["drain"] = True
+        try:
+            res = simulate(
+                cell.spec,
+                replicas=r.replicas,
+                requests=r.requests,
+                warmup=r.warmup_for(cell.concurrency),
+                seed=r.seed,
+                stream=cell.stream,
+                backend=backend,
+                record_candidates=True,
+                **streams,
+            )
+        except EngineError as e:
+            return e
+        if not hasattr(res, "reduced"):  # an engine that left `reduce` unused: from its whole result
+            res = _Reduced(res, getattr(res, "acc", None) or accumulate(
+                {**res.samples, **(res.candidates or {})}, res.replica, cell.spec, poa_cfg, slo, res.extra
+            ))  # fmt: skip
+        return res
+
+    def simulate_batch(cells: list[Cell]) -> list[Any]:
+        from poa_mc.engine.cell_batch import simulate_cells
+
+        reduce = [lambda cols, rep, logs, spec=c.spec: accumulate(cols, rep, spec, poa_cfg, slo, logs) for c in cells]
+        return simulate_cells(
+            [packed[c.cell_id] for c in cells],
+            replicas=r.replicas,
+            backend=backend,
+            keep=keep,
+            reduce=reduce,
+            overlap=True,
+            after=pending,
+        )
+
+    def job(cell: Cell, res: Any, t0: float) -> tuple:
+        """A simulated cell's meta, and commit's arguments."""
+        wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
+        simulated = (
+            float(np.sum(res.replica["simulated"]))
+            if "simulated" in res.replica
+            else float(r.replicas * (r.requests + r.warmup_for(cell.concurrency)))
+        )
+        meta = {
+            "fingerprint": fp,
+            "sim_key": key,
+            "seed": manifest.get("seed"),
+            "poa_mc_version": manifest.get("poa_mc_version"),
+            "engine_source": manifest.get("engine_source"),
+            "label": cell.label(),
+            "wall_s": wall,
+            "cell_s": None,  # commit's
+            "compile_s": float(getattr(res, "compile_s", 0.0)),
+            "backend": str(getattr(res, "backend", backend)),
+            "device": str(getattr(res, "device", "")),
+            "simulated": int(simulated),
+            "sim_rps": simulated / wall if wall > 0 else None,
+            "shard": list(shard) if shard else None,
+        }
+        return (cell, res, meta, costs[cell.cell_id], simulated, t0)
+
+    def commit_all(jobs: list[tuple]) -> None:
+        for one in jobs:
+            commit_and_release(*one)
+
+    def finish(jobs: list[tuple]) -> None:
+        """Simulated cells' files, written in order beside the next launch when their samples are
+        small; the files of the launch before are waited for first (one launch's at a time)."""
+        nonlocal writing
+        if writing is not None:
+            writing.result()
+        sizes = (
+            sum(a.nbytes for a in (*res.samples.values(), *(res.candidates or {}).values())) for _, res, *_ in jobs
+        )
+        if max(sizes) <= WRITE_BESIDE_BYTES:
+            writing = writer.submit(commit_all, jobs)  # while the next launch simulates
+        else:
+            writing = None
+            commit_all(jobs)
+
+    def run_cells(cells: list[Cell]) -> None:
+        """Simulate `cells` (one, or one planned batch) and hand each to `finish`, in order; the
+        first that failed raises CellFailed, after the cells before it."""
+        nonlocal pending
+        t0 = time.perf_counter()
+        results = [simulate_one(cells[0])] if len(cells) == 1 else simulate_batch(cells)
+        jobs = []
+        for cell, res in zip(cells, results):
+            if isinstance(res, EngineError):
+                if jobs:
+                    finish(jobs)
+                raise CellFailed(_failed_cell(grid, cell, res))
+            pending = getattr(res, "pending", None)
+            jobs.append(job(cell, res, t0))
+        finish(jobs)
+
     try:
         waiting = f"waiting for another poa-mc process writing cells of {out} (never two at once)"
-        for cell in claims.cells(todo, report.skipped, lambda: (log or console.note)(waiting)):
-            t0 = time.perf_counter()
-            try:
-
-                def reduce_batch(cols, rep, logs, spec=cell.spec):
-                    return accumulate(cols, rep, spec, poa_cfg, slo, logs)
-
-                # batches reduced as they leave the kernels, each replica's requests tallied and its
-                # PoA-hat windows solved there, the cell's last batch reduced beside the next cell
-                streams = {"keep": keep, "reduce": reduce_batch, "tally": True, "slo": slo, "poa": poa_cfg,
-                           "overlap": True, "after": pending}  # fmt: skip
-                if r.drain:  # a finite run: no arrivals after the measured requests
-                    streams["drain"] = True
-                res = simulate(
-                    cell.spec,
-                    replicas=r.replicas,
-                    requests=r.requests,
-                    warmup=r.warmup_for(cell.concurrency),
-                    seed=r.seed,
-                    stream=cell.stream,
-                    backend=backend,
-                    record_candidates=True,
-                    **streams,
-                )
-                pending = getattr(res, "pending", None)
-                if not hasattr(res, "reduced"):  # an engine that left `reduce` unused: from its whole result
-                    res = _Reduced(res, getattr(res, "acc", None) or accumulate(
-                        {**res.samples, **(res.candidates or {})}, res.replica, cell.spec, poa_cfg, slo, res.extra
-                    ))  # fmt: skip
-            except EngineError as e:
-                raise CellFailed(_failed_cell(grid, cell, e)) from None
-            wall = float(getattr(res, "wall_s", time.perf_counter() - t0))
-            simulated = (
-                float(np.sum(res.replica["simulated"]))
-                if "simulated" in res.replica
-                else float(r.replicas * (r.requests + r.warmup_for(cell.concurrency)))
-            )
-            meta = {
-                "fingerprint": fp,
-                "sim_key": key,
-                "seed": manifest.get("seed"),
-                "poa_mc_version": manifest.get("poa_mc_version"),
-                "engine_source": manifest.get("engine_source"),
-                "label": cell.label(),
-                "wall_s": wall,
-                "cell_s": None,  # commit's
-                "compile_s": float(getattr(res, "compile_s", 0.0)),
-                "backend": str(getattr(res, "backend", backend)),
-                "device": str(getattr(res, "device", "")),
-                "simulated": int(simulated),
-                "sim_rps": simulated / wall if wall > 0 else None,
-                "shard": list(shard) if shard else None,
-            }
-            if writing is not None:
-                writing.result()  # one cell's files at a time, in cell order
-            job = (cell, res, meta, costs[cell.cell_id], simulated, t0)
-            if sum(a.nbytes for a in (*res.samples.values(), *(res.candidates or {}).values())) <= WRITE_BESIDE_BYTES:
-                writing = writer.submit(commit_and_release, *job)  # while the next cell simulates
-            else:
-                writing = None
-                commit_and_release(*job)
+        held: list[Cell] = []  # claimed cells of one planned batch, waiting for the rest of it
+        for cell in claims.cells(order, report.skipped, lambda: (log or console.note)(waiting)):
+            b = batch_of.get(cell.cell_id)
+            if held and b != batch_of.get(held[0].cell_id):
+                run_cells(held)  # a batch another process took part of
+                held = []
+            held.append(cell)
+            if b is None or len(held) == batch_len[b]:
+                run_cells(held)
+                held = []
+        if held:
+            run_cells(held)
         if writing is not None:
             writing.result()
     except KeyboardInterrupt:
@@ -483,6 +546,35 @@ def run_grid(
     elif report.complete == len(cells):
         run_dir.finalize_manifest()
     return report
+
+
+def _batches(
+    todo: list[Cell], grid: GridConfig, backend: str, poa: dict, slo: dict
+) -> tuple[list[Cell], dict[str, int], dict[int, int], dict[str, Any]]:
+    """The cells to simulate in batch order (poa_mc.engine.cell_batch.plan), each cell's batch and
+    each batch's size, and each cell packed for its launch."""
+    from poa_mc.engine.cell_batch import plan
+    from poa_mc.engine.engine import pack
+
+    r = grid.run
+    packed = {
+        c.cell_id: pack(
+            c.spec,
+            requests=r.requests,
+            warmup=r.warmup_for(c.concurrency),
+            seed=r.seed,
+            stream=c.stream,
+            drain=r.drain,
+            tallied=True,
+            slo=slo,
+            poa=poa,
+        )
+        for c in todo
+    }
+    batches = plan([packed[c.cell_id] for c in todo], replicas=r.replicas, backend=backend)
+    order = [todo[i] for b in batches for i in b]
+    batch_of = {todo[i].cell_id: n for n, b in enumerate(batches) for i in b}
+    return order, batch_of, {n: len(b) for n, b in enumerate(batches)}, packed
 
 
 class _Reduced:
