@@ -3,6 +3,11 @@ simulated on its own: samples, per-replica arrays, logs and accumulators, bit fo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -175,3 +180,34 @@ def test_plan_fills_batches_to_the_memory_and_replica_caps(monkeypatch):
     monkeypatch.setattr(cell_batch, "stream_cap", lambda backend: int(2.5 * one))
     sizes = [len(b) for b in cell_batch.plan(packed, replicas=5, backend="cpu")]
     assert max(sizes) <= 2 and sum(sizes) == n
+
+
+def test_a_mixed_batch_on_the_cuda_target_equals_the_cpu_cell_by_cell():
+    """One CUDA launch (Numba's CUDA simulator) of two policies x two loads x two topologies padded
+    to one shape, against each cell simulated alone on the CPU."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from tests.test_cell_batch import MIXED, _grid, _packed, _settings
+        from poa_mc.engine import cell_batch
+        from poa_mc.engine.engine import simulate
+        text = MIXED.replace("rate = [2.0, 400.0]", "rate = [2.0, 6.0]").replace('name = "ad"\\nkind = "adaptive"',
+                             'name = "rnd"\\nkind = "random"')
+        grid = _grid(text.replace("requests = 60", "requests = 16").replace("warmup = 10", "warmup = 4"))
+        poa, slo = _settings(grid)
+        cells = [c for c in grid.cells() if c.spec.policy.kind in ("kv", "round_robin")]
+        packed = [_packed(grid, c, poa, slo) for c in cells]
+        got = cell_batch.simulate_cells(packed, replicas=2, backend="cuda")
+        r = grid.run
+        for cell, g in zip(cells, got):
+            want = simulate(cell.spec, replicas=2, requests=r.requests, warmup=r.warmup_for(cell.concurrency),
+                            seed=r.seed, stream=cell.stream)
+            for k in want.samples:
+                assert np.array_equal(g.samples[k], want.samples[k]), (cell.label(), k)
+            for k in want.candidates:
+                assert np.array_equal(g.candidates[k], want.candidates[k], equal_nan=True), (cell.label(), k)
+        print("EQUAL", len(cells), len({c.n_workers for c in packed}), g.device)
+    """)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "EQUAL 8 2 cuda simulator" in out.stdout, out.stdout

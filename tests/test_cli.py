@@ -167,6 +167,27 @@ def test_kill_and_resume_equals_clean_run(grid_file, tmp_path):
         assert (killed / name).read_bytes() == (clean / name).read_bytes(), name
 
 
+def test_a_kill_inside_a_batch_loses_only_that_batchs_cells(grid_file, tmp_path):
+    """The engine's batches of cells (poa_mc/engine/cell_batch.py: 100 replicas a cell, two cells a
+    launch on the CPU): a SIGKILL in the third launch, its kernels done, keeps the first two
+    launches' four cells whole and none of the third's; --resume ends equal to a clean run."""
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    args = ["run", "--grid", str(grid_file), "-q", "--replicas", "100"]
+    r = _cli([*args, "--out", str(killed)], kill_after="b2")
+    assert r.returncode == -9, r.stderr
+    done = sorted(p.parent.name for p in (killed / "samples").glob("cell_id=*/part.parquet"))
+    assert len(done) == 4
+    assert not list(killed.rglob("*.tmp"))
+    r = _cli([*args, "--out", str(killed), "--resume"])
+    assert r.returncode == 0, r.stderr
+    r = _cli([*args, "--out", str(clean)])
+    assert r.returncode == 0, r.stderr
+    for rel in sorted(p.relative_to(clean) for p in clean.glob("samples/cell_id=*/part.parquet")):
+        assert (killed / rel).read_bytes() == (clean / rel).read_bytes(), rel
+    for name in ("summary.parquet", "poa.parquet"):
+        assert (killed / name).read_bytes() == (clean / name).read_bytes(), name
+
+
 # --- bad input and environment faults: exit 2, one line, nothing written ----------------------
 
 
