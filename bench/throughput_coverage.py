@@ -19,7 +19,7 @@ import numpy as np
 def main() -> None:
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.cell_stats import _request_rate
+    from poa_mc.stats.cell_stats import request_rate
     from poa_mc.stats.intervals import ratio_interval
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
@@ -40,7 +40,7 @@ def main() -> None:
                 part = {
                     k: v[c * reps : (c + 1) * reps] for k, v in acc.items() if np.ndim(v) and len(v) == cells * reps
                 }
-                est = ratio_interval(*_request_rate(part, n, open_loop=open_loop))
+                est = ratio_interval(*request_rate(part, n, open_loop=open_loop))
                 vals.append(est.value)
                 cov += est.lo <= rate <= est.hi
             print(

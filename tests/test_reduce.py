@@ -234,7 +234,7 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.cell_stats import _request_rate
+    from poa_mc.stats.cell_stats import request_rate
     from poa_mc.stats.intervals import ratio_interval
     from tests.test_engine_theory import mva_response, queue_cell
 
@@ -242,7 +242,7 @@ def test_throughput_is_the_steady_state_rate_whatever_the_run_length(clients, th
     res = simulate(spec, replicas=400, requests=n, warmup=200, seed=21, stream=0)
     acc = accumulate(res.samples, res.replica, spec, {"window": 4})
     x = clients / (mva_response(clients, 1.0, think) + think) * 1000.0  # per second
-    est = ratio_interval(*_request_rate(acc, n))
+    est = ratio_interval(*request_rate(acc, n))
     se = (est.hi - est.lo) / (2 * 1.96)
     assert abs(est.value - x) <= 4 * se, (est, x)
     if clients == 16:  # the old estimator, far outside its own standard error
@@ -294,7 +294,7 @@ def test_open_loop_throughput_covers_the_arrival_rate(rho):
 
     from poa_mc.engine.engine import simulate
     from poa_mc.stats.accumulate import accumulate
-    from poa_mc.stats.cell_stats import _request_rate
+    from poa_mc.stats.cell_stats import request_rate
     from poa_mc.stats.intervals import ratio_interval
     from poa_mc.stats.warmup import check
     from tests.test_engine_theory import queue_cell
@@ -307,10 +307,10 @@ def test_open_loop_throughput_covers_the_arrival_rate(rho):
     values, covered, old = [], 0, []
     for c in range(cells):
         part = {k: v[c * reps : (c + 1) * reps] for k, v in acc.items() if np.ndim(v) and len(v) == cells * reps}
-        est = ratio_interval(*_request_rate(part, n, open_loop=True))
+        est = ratio_interval(*request_rate(part, n, open_loop=True))
         values.append(est.value)
         covered += est.lo <= rate <= est.hi
-        old.append(ratio_interval(*_request_rate(part, n, open_loop=False)).value)
+        old.append(ratio_interval(*request_rate(part, n, open_loop=False)).value)
     se = np.std(values, ddof=1) / np.sqrt(cells)
     assert abs(np.mean(values) - rate) < 3 * se and covered >= 34, (np.mean(values), se, covered)
     assert np.mean(old) > np.mean(values)  # the straggler-ended window reads the rate higher

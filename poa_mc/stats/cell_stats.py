@@ -94,7 +94,7 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
         _put(row, "transfer_mean_ms", replace(xfer, lo=max(xfer.lo, 0.0)))
 
     open_loop = spec.workload.arrival != "closed"
-    num, den = _request_rate(acc, n, open_loop=open_loop)
+    num, den = request_rate(acc, n, open_loop=open_loop)
     _put(row, "throughput_rps", ratio_interval(num, den))
     _put(row, "output_tps", ratio_interval(num * acc["sum_osl"] / n, den))
     cached, prompt = acc["sum_cached_blocks"], acc["sum_prompt_blocks"]
@@ -207,7 +207,7 @@ def _planner_runs(acc: dict[str, np.ndarray], spec: CellSpec) -> Any:
     return planner_runs(path, start, ms, n_p, begin, end)
 
 
-def _request_rate(acc: dict[str, np.ndarray], n: int, open_loop: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def request_rate(acc: dict[str, np.ndarray], n: int, open_loop: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The steady-state request rate as a ratio of per-replica sums (num, den), across replicas as
     hit_rate (a per-replica ratio would carry the Jensen bias of a noisy denominator: +3% at 40
     requests per replica).
@@ -246,7 +246,7 @@ def _slo_stats(
     row: dict[str, Any], met: np.ndarray, n: int, num: np.ndarray, den: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """slo_attainment (share of measured requests within every bound of [slo]) and goodput_rps
-    (that share of the request rate, num / den as _request_rate); null without an [slo] table.
+    (that share of the request rate, num / den as request_rate); null without an [slo] table.
     Returns goodput's per-replica numerator and denominator (None without [slo])."""
     if (met < 0).any():
         for name in ("slo_attainment", "goodput_rps"):

@@ -1,0 +1,110 @@
+"""A deployment simulated at given parameter values, and the figures a benchmark reports of it.
+
+Every evaluation simulates each load point with the same seed and stream (common random numbers):
+two parameter values see the same requests, so the figures move with the parameters, not with the
+draw, and the loss is a smooth function of them away from the ties the event order has.
+
+Figures, as the benchmark tools compute them over one load point's successful requests:
+TTFT and end-to-end mean and percentiles (numpy's linear interpolation, as vLLM and AIPerf do)
+over every measured request of every replica; ITL the mean over requests with more than one output
+token of each request's mean gap ((E2E - TTFT) / (OSL - 1): AIPerf's inter-token latency; vLLM's
+mean ITL over every gap weights long answers more, equal when output lengths are); throughput the
+steady-state request rate the summary reports (poa_mc.stats.cell_stats.request_rate: Little's law
+in a closed loop, completions over the arrivals' span in an open one). A benchmark's own
+throughput, its requests over its whole duration, includes the ramp-up and the drain and reads low
+by about C / N (concurrency over requests): under 1% for a run of a few thousand requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from poa_mc.model.grid import Cell
+from poa_mc.model.spec_profile import ProfileSpec
+from poa_mc.run.calibrate.deployment import FIGURES, Deployment
+from poa_mc.stats.cell_stats import request_rate
+
+_PREFILL = ("p0", "p1", "p2", "prefill_ms")
+_DECODE = ("d0", "d1", "d2", "d_min", "decode_ms")
+
+
+def apply(profile: ProfileSpec, values: dict[str, float]) -> ProfileSpec:
+    """`profile` with the fitted parameters' values (poa_mc.run.calibrate.deployment.PARAMS)."""
+    changes: dict[str, float] = {}
+    for name, v in values.items():
+        if name == "prefill_scale":
+            changes.update({k: getattr(profile, k) * v for k in _PREFILL})
+        elif name == "decode_scale":
+            changes.update({k: getattr(profile, k) * v for k in _DECODE})
+        else:
+            changes[name] = v
+    return dataclasses.replace(profile, **changes)
+
+
+def cell_figures(res, figures: Sequence[str], open_loop: bool = False) -> list[float]:
+    """The figures of one simulated load point (a SimResult with every sample kept)."""
+    s, rep = res.samples, res.replica
+    ttft, e2e = s["ttft_ms"].ravel(), s["e2e_ms"].ravel()
+    osl = s["osl"].ravel()
+    multi = osl > 1
+    itl = (e2e[multi] - ttft[multi]) / (osl[multi] - 1)
+    n = s["ttft_ms"].shape[1]
+    tallies = {  # what the summary's steady-state rate reads (poa_mc.stats.cell_stats.request_rate)
+        "n": np.full(len(rep["status"]), n),
+        "sum_e2e_ms": s["e2e_ms"].sum(axis=1),
+        "first_arrival_ms": s["arrival_ms"].min(axis=1),
+        "last_arrival_ms": s["arrival_ms"].max(axis=1),
+        "replica_inflight_ms": rep["inflight_ms"],
+        "replica_measured_ms": rep["measured_ms"],
+        "replica_done_in_window": rep["done_in_window"],
+    }
+    num, den = request_rate(tallies, n, open_loop=open_loop)
+    per = {
+        "ttft_ms": ttft,
+        "e2e_ms": e2e,
+        "itl_ms": itl if itl.size else np.zeros(1),
+    }
+    out = []
+    for f in figures:
+        attr, stat = FIGURES[f]
+        if attr == "throughput_rps":
+            out.append(float(np.sum(num) / np.sum(den)))
+        elif stat == "mean":
+            out.append(float(np.mean(per[attr])))
+        else:
+            out.append(float(np.quantile(per[attr], float(stat[1:]) / 100.0)))
+    return out
+
+
+def simulate_figures(
+    dep: Deployment,
+    values: dict[str, float],
+    simulate: Callable,
+    cells: Sequence[Cell] | None = None,
+    *,
+    seed: int | None = None,
+    requests: Sequence[int] | None = None,
+) -> np.ndarray:
+    """(points, figures): the deployment's figures at `values`, each load point simulated with the
+    grid's [run] sizes and seed (or `seed`) and the cell's stream (common random numbers); with
+    `requests`, as a benchmark runs it instead: one replica of requests[i] measured requests."""
+    r = dep.grid.run
+    cells = dep.grid.cells() if cells is None else cells
+    out = np.empty((len(cells), len(dep.figures)))
+    for i, cell in enumerate(cells):
+        spec = dataclasses.replace(cell.spec, profile=apply(cell.spec.profile, values))
+        res = simulate(
+            spec,
+            replicas=r.replicas if requests is None else 1,
+            requests=r.requests if requests is None else int(requests[i]),
+            warmup=r.warmup_for(cell.concurrency),
+            seed=r.seed if seed is None else seed,
+            stream=cell.stream,
+            record_candidates=False,
+            drain=r.drain,
+        )
+        out[i] = cell_figures(res, dep.figures, open_loop=dep.grid.load_axis == "rate")
+    return out

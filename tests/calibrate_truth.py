@@ -1,0 +1,138 @@
+"""A benchmark of known truth for the calibrate tests: a deployment simulated with known profile
+parameters at another seed (its noise: the finite run), written in each supported format by each
+tool's documented schema (poa_mc/io/benchmarks/), with the deployment file that names them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.run.calibrate.figures import apply, cell_figures
+
+TRUTH = {"prefill_scale": 1.4, "decode_scale": 0.8, "prefill_host_request_ms": 3.0}
+FIT = {"prefill_scale": [0.5, 2.5], "decode_scale": [0.4, 2.0], "prefill_host_request_ms": [0.0, 10.0]}
+LOADS = (2, 8, 24)
+FIGS = ("ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p99", "throughput")
+
+GRID = """
+[run]
+name = "deployment"
+seed = 5
+replicas = {replicas}
+requests = {requests}
+warmup = 60
+
+[profile]
+name = "dynamo-mocker"
+
+[workload]
+isl = 1024
+osl = {{ dist = "uniform", low = 32, high = 96 }}
+prefix_groups = 4
+prefix_ratio = 0.5
+
+[cluster]
+flow = "prefill_first"
+
+[grid]
+topology = ["1P/2D"]
+concurrency = {loads}
+
+[[policy]]
+name = "router"
+kind = "kv"
+"""
+
+
+def measured(seed: int = 99, replicas: int = 1, requests: int = 3600) -> dict[int, dict[str, float]]:
+    """Each load's figures, simulated at TRUTH with `seed`: one run of 3,600 requests, as a
+    benchmark's."""
+    grid = loads_grid(GRID.format(replicas=replicas, requests=requests, loads=list(LOADS)))
+    out = {}
+    for cell in grid.cells():
+        spec = cell.spec.__class__(**{**cell.spec.__dict__, "profile": apply(cell.spec.profile, TRUTH)})
+        res = simulate(spec, replicas=replicas, requests=requests, warmup=60, seed=seed, stream=cell.stream,
+                       record_candidates=False)  # fmt: skip
+        out[cell.concurrency] = dict(zip(FIGS, cell_figures(res, FIGS)))
+    return out
+
+
+def write_aiperf(folder: Path, c: int, f: dict[str, float], requests: int) -> Path:
+    """AIPerf's profile_export_aiperf.json (aiperf/exporters/json_exporter.py's layout)."""
+    d = {
+        "request_throughput": {"unit": "requests/sec", "avg": f["throughput"]},
+        "request_latency": {"unit": "ms", "avg": f["e2e_mean"], "p99": f["e2e_p99"]},
+        "time_to_first_token": {
+            "unit": "ms",
+            "avg": f["ttft_mean"],
+            "p50": f["ttft_p50"],
+            "p90": f["ttft_p90"],
+            "p99": f["ttft_p99"],
+        },  # fmt: skip
+        "inter_token_latency": {"unit": "ms", "avg": f["itl_mean"]},
+        "request_count": {"unit": "requests", "avg": requests},
+        "benchmark_duration": {"unit": "sec", "avg": requests / f["throughput"]},
+        "input_config": {"loadgen": {"concurrency": c, "request_count": requests}},
+    }
+    p = folder / f"aiperf-c{c}" / "profile_export_aiperf.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(d))
+    return p
+
+
+def write_vllm(folder: Path, c: int, f: dict[str, float], requests: int) -> Path:
+    """`vllm bench serve --save-result` (vllm/benchmarks/serve.py's result keys), summary only."""
+    d = {
+        "completed": requests, "failed": 0, "duration": requests / f["throughput"],
+        "request_throughput": f["throughput"], "request_rate": "inf", "max_concurrency": c,
+        "mean_ttft_ms": f["ttft_mean"], "median_ttft_ms": f["ttft_p50"], "p90_ttft_ms": f["ttft_p90"],
+        "p99_ttft_ms": f["ttft_p99"], "mean_itl_ms": f["itl_mean"], "mean_e2el_ms": f["e2e_mean"],
+        "p99_e2el_ms": f["e2e_p99"],
+    }  # fmt: skip
+    p = folder / f"vllm-c{c}.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def write_genai_perf(folder: Path, c: int, f: dict[str, float], requests: int) -> Path:
+    """genai-perf's profile_export_genai_perf.csv in its artifact folder (the load in the folder's name)."""
+    rows = [
+        "Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1",
+        f"Time To First Token (ms),{f['ttft_mean']},,,{f['ttft_p99']},,{f['ttft_p90']},,{f['ttft_p50']},,,,",
+        f"Request Latency (ms),{f['e2e_mean']},,,{f['e2e_p99']},,,,,,,,",
+        f"Inter Token Latency (ms),{f['itl_mean']},,,,,,,,,,,",
+        "",
+        "Metric,Value",
+        f"Request Throughput (per sec),{f['throughput']}",
+        f"Request Count (count),{requests}",
+    ]
+    p = folder / f"model-openai-chat-concurrency{c}" / "profile_export_genai_perf.csv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("\n".join(rows) + "\n")
+    return p
+
+
+WRITERS = {"aiperf": write_aiperf, "vllm": write_vllm, "genai-perf": write_genai_perf}
+
+
+def deployment(folder: Path, fmt: str, figs: dict[int, dict[str, float]], *, replicas: int = 6,
+               requests: int = 200, figures=("ttft_mean", "ttft_p99", "itl_mean", "throughput"),
+               held_out: bool = True) -> Path:  # fmt: skip
+    """The deployment file and its measured files in `fmt`; returns the file."""
+    files = [WRITERS[fmt](folder, c, figs[c], 3600) for c in LOADS]
+    text = GRID.format(replicas=replicas, requests=requests, loads=list(LOADS))
+    names = json.dumps([str(f.relative_to(folder)) for f in files])
+    fit = ", ".join(f"{k} = {v}" for k, v in FIT.items())
+    text += f"\n[calibrate]\nmeasured = {names}\nfit = {{ {fit} }}\nfigures = {json.dumps(list(figures))}\n"
+    text += f"held_out = {'true' if held_out else 'false'}\n"
+    p = folder / "deployment.toml"
+    p.write_text(text)
+    return p
+
+
+def as_array(figs: dict[int, dict[str, float]], figures) -> np.ndarray:
+    return np.array([[figs[c][f] for f in figures] for c in LOADS])

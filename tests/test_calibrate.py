@@ -1,0 +1,118 @@
+"""`poa-mc calibrate` (poa_mc/run/calibrate/): a benchmark of known truth, written in each supported
+format, is calibrated back to its parameters; bad deployments and files are one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tomllib
+from click.testing import CliRunner
+
+from poa_mc.cli.main import main
+from poa_mc.engine.engine import simulate
+from poa_mc.model.config import loads_grid
+from poa_mc.run.calibrate import fit as fit_module
+from poa_mc.run.calibrate.deployment import load_deployment
+from poa_mc.run.calibrate.figures import apply
+from poa_mc.run.calibrate.report import calibrate, profile_toml
+from tests.calibrate_truth import GRID, LOADS, TRUTH, deployment, measured
+
+
+@pytest.fixture(scope="module")
+def truth_figures():
+    return measured(seed=99)
+
+
+@pytest.mark.parametrize("fmt", ["aiperf", "vllm", "genai-perf"])
+def test_a_benchmark_of_known_truth_is_calibrated_back_to_it(fmt, truth_figures, tmp_path):
+    dep = load_deployment(deployment(tmp_path, fmt, truth_figures))
+    assert [p.format for p in dep.points] == [dep.points[0].format] * len(LOADS)
+    assert [p.load for p in dep.points] == [float(c) for c in LOADS]
+    cal = calibrate(dep, simulate, bootstrap=40)
+    f = cal.fit
+    for name, v, lo, hi in zip(f.names, f.values, f.lo, f.hi):
+        assert lo <= TRUTH[name] <= hi, (name, v, lo, hi)
+        assert hi - lo < 0.5 * TRUTH[name] + 1.0, (name, lo, hi)  # an interval that says something
+    # held out: the middle load, interpolated, within three times a benchmark's own noise (and
+    # 1%); the end loads, extrapolated from the other two, within 10%
+    noise = f.noise
+    assert np.all(np.abs(cal.held_out[1]) <= 3 * noise[1] + 0.01), (cal.held_out[1], noise[1])
+    assert np.all(np.abs(cal.held_out) <= 0.10), cal.held_out
+
+
+def test_the_interval_is_not_the_asymptotic_one(truth_figures, tmp_path):
+    """What the percentile bootstrap is for: the fit at the grid's seed alone (no refits) gives no
+    interval, and refits move (the intervals have width, the parameters trade off)."""
+    dep = load_deployment(deployment(tmp_path, "vllm", truth_figures))
+    plain = fit_module.fit(dep, simulate)
+    assert np.isnan(plain.lo).all() and plain.noise is None
+    draws, synthetic = fit_module.refits(dep, plain, simulate, 8)
+    assert draws.shape == (8, 3) and synthetic.shape == (8, len(LOADS), len(dep.figures))
+    assert (draws.std(axis=0) > 0).all()
+    # a ridge: a larger prefill scale goes with a smaller per-request host time
+    assert np.corrcoef(draws[:, 0], draws[:, 2])[0, 1] < 0
+
+
+def test_the_calibrated_profile_is_a_grid_profile(truth_figures, tmp_path):
+    dep = load_deployment(deployment(tmp_path, "vllm", truth_figures, held_out=False))
+    cal = calibrate(dep, simulate, bootstrap=0)
+    text = profile_toml(cal.profile(dep), dep)
+    grid_text = GRID.format(replicas=2, requests=20, loads=[2]).replace('[profile]\nname = "dynamo-mocker"\n', text)
+    grid = loads_grid(grid_text)
+    want = apply(dep.grid.profile, cal.fit.as_dict())
+    for k in ("p0", "p1", "p2", "d0", "d1", "d2", "d_min", "prefill_host_request_ms"):
+        assert getattr(grid.profile, k) == getattr(want, k), k
+
+
+def test_the_command_writes_its_files_and_prints_the_fit(truth_figures, tmp_path):
+    path = deployment(tmp_path, "aiperf", truth_figures)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--out", str(out), "--bootstrap", "4"])
+    assert r.exit_code == 0, r.output
+    assert "prefill_scale" in r.output and "95% [" in r.output and "held out" in r.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "calibration.json", "calibration.parquet", "calibration.png", "profile.toml"
+    ]  # fmt: skip
+    summary = json.loads((out / "calibration.json").read_text())
+    assert set(summary["parameters"]) == set(TRUTH) and summary["loads"] == [2.0, 8.0, 24.0]
+    tomllib.loads((out / "profile.toml").read_text())
+    import polars as pl
+
+    rows = pl.read_parquet(out / "calibration.parquet")
+    assert rows.height == len(LOADS) * 4 and rows["held_out_error"].null_count() == 0
+
+
+@pytest.mark.parametrize(
+    "change,says",
+    [
+        (
+            lambda t: t.replace("prefill_scale = [0.5, 2.5]", "prefill_speed = [0.5, 2.5]"),
+            "calibrate.fit.prefill_speed",
+        ),
+        (
+            lambda t: t.replace("prefill_scale = [0.5, 2.5]", "prefill_scale = [2.5, 0.5]"),
+            "calibrate.fit.prefill_scale",
+        ),
+        (lambda t: t.replace('"ttft_mean", "ttft_p99"', '"ttft_mean", "ttft_p42"'), "calibrate.figures"),
+        (lambda t: t.replace("measured = [", 'measured = ["nothing.json", '), "nothing.json: no such file"),
+        (lambda t: t.replace('topology = ["1P/2D"]', 'topology = ["1P/2D", "1P/3D"]'), "grid.topology"),
+        (lambda t: t.replace("[calibrate]", "[calibration]"), "calibrate"),
+    ],
+)
+def test_a_bad_deployment_is_one_line_naming_the_key(change, says, truth_figures, tmp_path):
+    path = deployment(tmp_path, "vllm", truth_figures)
+    path.write_text(change(path.read_text()))
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and says in r.output, r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_benchmark_file_is_named_with_its_line(truth_figures, tmp_path):
+    path = deployment(tmp_path, "vllm", truth_figures)
+    bad = tmp_path / "vllm-c8.json"
+    bad.write_text(bad.read_text().replace('"completed": 3600', '"completed": -3'))
+    r = CliRunner().invoke(main, ["calibrate", str(path)])
+    assert r.exit_code == 2 and "vllm-c8.json" in r.output and "completed" in r.output, r.output
