@@ -16,6 +16,7 @@ from poa_mc.run.calibrate.figures import apply, cell_figures
 TRUTH = {"prefill_scale": 1.4, "decode_scale": 0.8, "prefill_host_request_ms": 3.0}
 FIT = {"prefill_scale": [0.5, 2.5], "decode_scale": [0.4, 2.0], "prefill_host_request_ms": [0.0, 10.0]}
 LOADS = (2, 8, 24)
+BENCH_REQUESTS = 1200  # a benchmark's requests per load point
 FIGS = ("ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p99", "throughput")
 
 GRID = """
@@ -48,9 +49,9 @@ kind = "kv"
 """
 
 
-def measured(seed: int = 99, replicas: int = 1, requests: int = 3600) -> dict[int, dict[str, float]]:
-    """Each load's figures, simulated at TRUTH with `seed`: one run of 3,600 requests, as a
-    benchmark's."""
+def measured(seed: int = 99, replicas: int = 1, requests: int = BENCH_REQUESTS) -> dict[int, dict[str, float]]:
+    """Each load's figures, simulated at TRUTH with `seed`: one run of BENCH_REQUESTS requests, as
+    a benchmark's."""
     grid = loads_grid(GRID.format(replicas=replicas, requests=requests, loads=list(LOADS)))
     out = {}
     for cell in grid.cells():
@@ -119,11 +120,11 @@ def write_genai_perf(folder: Path, c: int, f: dict[str, float], requests: int) -
 WRITERS = {"aiperf": write_aiperf, "vllm": write_vllm, "genai-perf": write_genai_perf}
 
 
-def deployment(folder: Path, fmt: str, figs: dict[int, dict[str, float]], *, replicas: int = 6,
-               requests: int = 200, figures=("ttft_mean", "ttft_p99", "itl_mean", "throughput"),
+def deployment(folder: Path, fmt: str, figs: dict[int, dict[str, float]], *, replicas: int = 4,
+               requests: int = BENCH_REQUESTS, figures=("ttft_mean", "ttft_p99", "itl_mean", "throughput"),
                held_out: bool = True) -> Path:  # fmt: skip
     """The deployment file and its measured files in `fmt`; returns the file."""
-    files = [WRITERS[fmt](folder, c, figs[c], 3600) for c in LOADS]
+    files = [WRITERS[fmt](folder, c, figs[c], BENCH_REQUESTS) for c in LOADS]
     text = GRID.format(replicas=replicas, requests=requests, loads=list(LOADS))
     names = json.dumps([str(f.relative_to(folder)) for f in files])
     fit = ", ".join(f"{k} = {v}" for k, v in FIT.items())

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from poa_mc.model.grid import Cell
 from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.run.calibrate.deployment import FIGURES, Deployment
 from poa_mc.stats.cell_stats import request_rate
@@ -83,28 +82,33 @@ def simulate_figures(
     dep: Deployment,
     values: dict[str, float],
     simulate: Callable,
-    cells: Sequence[Cell] | None = None,
+    points: Sequence[int] | None = None,
     *,
     seed: int | None = None,
-    requests: Sequence[int] | None = None,
+    benchmark: bool = False,
 ) -> np.ndarray:
-    """(points, figures): the deployment's figures at `values`, each load point simulated with the
-    grid's [run] sizes and seed (or `seed`) and the cell's stream (common random numbers); with
-    `requests`, as a benchmark runs it instead: one replica of requests[i] measured requests."""
+    """(points, figures): the deployment's figures at `values` for its load points `points` (all
+    by default). Each point is simulated as its benchmark ran: runs of its measured request count
+    (at most [run] requests), the grid's [run] replicas of them (with `benchmark`, one: a
+    synthetic benchmark), at the grid's seed (or `seed`) and the cell's stream (common random
+    numbers). A run as long as the benchmark's has the same start-up and end effects in its
+    figures, which a shorter one would mistake for the parameters' doing."""
     r = dep.grid.run
-    cells = dep.grid.cells() if cells is None else cells
-    out = np.empty((len(cells), len(dep.figures)))
-    for i, cell in enumerate(cells):
+    cells = dep.grid.cells()
+    points = range(len(cells)) if points is None else points
+    out = np.empty((len(points), len(dep.figures)))
+    for k, i in enumerate(points):
+        cell = cells[i]
         spec = dataclasses.replace(cell.spec, profile=apply(cell.spec.profile, values))
         res = simulate(
             spec,
-            replicas=r.replicas if requests is None else 1,
-            requests=r.requests if requests is None else int(requests[i]),
+            replicas=1 if benchmark else r.replicas,
+            requests=min(dep.points[i].requests, r.requests),
             warmup=r.warmup_for(cell.concurrency),
             seed=r.seed if seed is None else seed,
             stream=cell.stream,
             record_candidates=False,
             drain=r.drain,
         )
-        out[i] = cell_figures(res, dep.figures, open_loop=dep.grid.load_axis == "rate")
+        out[k] = cell_figures(res, dep.figures, open_loop=dep.grid.load_axis == "rate")
     return out

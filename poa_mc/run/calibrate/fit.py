@@ -5,23 +5,22 @@ every figure counts by its relative error, so a TTFT of seconds and an ITL of mi
 alike, and over- and under-shooting by the same factor cost the same.
 
 Optimiser: scipy.optimize.least_squares (trust-region reflective, bounded), a well-kept solver of
-exactly this problem (a sum of squared residuals under box bounds) that also returns the Jacobian
-the intervals need; each parameter is mapped to [0, 1] over its bounds. The Jacobian is taken by
-forward differences of 3% of each parameter's range, not of the float epsilon: the simulated
-figures, under common random numbers, are smooth at that scale but step where an event's order
-flips, and a tiny step would see the steps.
+exactly this problem (a sum of squared residuals under box bounds); each parameter is mapped to
+[0, 1] over its bounds. The Jacobian is taken by forward differences of STEP (10%) of each
+parameter's range, not of the float epsilon: the simulated figures, under common random numbers,
+are smooth at that scale but step where an event's order flips; at 3% the search stopped on
+those steps (four starts, four answers, bench/NOTES.md).
 
-Intervals: a parametric bootstrap (the basic interval, 95%). The fitted deployment is simulated
-afresh BOOTSTRAP times as a benchmark runs it (one run of each point's measured request count, a new
-seed):
-synthetic benchmarks with the benchmark's own noise; each is fitted again with yet another seed
-for the simulation, so the simulation's own noise at the fit's size enters too. The interval is
-the 2.5% and 97.5% quantiles of those refits (the percentile bootstrap). Tried first and
-dropped (bench/NOTES.md): the asymptotic interval of nonlinear least squares (s^2 (J'J)^-1), which
-takes the residuals for independent measurement errors and misses the simulation's noise that
-common random numbers hold fixed across the fit, and the basic bootstrap (2 x - quantiles), whose
-bias correction pointed the wrong way along the ridge where a prefill scale and a per-request host
-time trade off; `python bench/calibrate_coverage.py` measures the coverage.
+Intervals: a parametric bootstrap (95%, percentile). The fitted deployment is simulated afresh
+BOOTSTRAP times as a benchmark runs (one run of each point's measured request count, a new seed):
+synthetic benchmarks with the benchmark's own noise. The whole fit is done again on each, from the
+same start and with yet another seed for the simulation, so the simulation's noise and the
+search's enter too; the interval is the 2.5% and 97.5% quantiles of those refits. Tried and
+dropped for covering too rarely (bench/NOTES.md, bench/calibrate_coverage.py): the asymptotic
+interval of nonlinear least squares (s^2 (J'J)^-1), which misses the simulation's noise that common
+random numbers hold fixed across the fit; the basic and the bias-corrected bootstrap, whose
+corrections pointed the wrong way along the ridge where a prefill scale and a per-request host
+time trade off; and refits that polished the fit's answer rather than repeating the fit.
 
 Held out: with `held_out`, each load point in turn is left out, the parameters fitted to the
 others (from the full fit's values), and the point predicted: its relative error per figure.
@@ -54,6 +53,7 @@ class Fit:
     simulated: np.ndarray  # (points fitted, figures) at `values`
     evaluations: int
     message: str
+    start: dict[str, float] | None = None  # where the search started (None: the deployment's starts)
     # with the bootstrap, (points fitted, figures): the relative standard deviation of the
     # figures of a benchmark like the measured one (its request counts), simulated at `values`
     noise: np.ndarray | None = None
@@ -80,8 +80,6 @@ def fit(
     deployment's measured figures (or `measured`, (points, figures)), the simulations at the grid's
     seed (or `seed`); with `bootstrap` > 0 refits, their 95% intervals (else NaN)."""
     points = tuple(range(len(dep.points))) if points is None else points
-    all_cells = dep.grid.cells()
-    cells = [all_cells[i] for i in points]
     target = np.array(dep.measured(), dtype=float) if measured is None else np.asarray(measured, dtype=float)
     target = target[list(points)]
     lo = np.array([p.lo for p in dep.params])
@@ -97,7 +95,7 @@ def fit(
     def evaluate(u: np.ndarray) -> np.ndarray:
         key = tuple(np.round(u, 12))
         if key not in seen:
-            sim = simulate_figures(dep, values(u), simulate, cells, seed=seed)
+            sim = simulate_figures(dep, values(u), simulate, points, seed=seed)
             seen[key] = (sim, _residuals(sim, target))
         return seen[key][1]
 
@@ -129,6 +127,7 @@ def fit(
         simulated=seen[tuple(np.round(u, 12))][0],
         evaluations=len(seen),
         message=str(res.message),
+        start=start,
     )
     if bootstrap <= 0:
         return found
@@ -140,20 +139,18 @@ def fit(
 def refits(dep: Deployment, found: Fit, simulate: Callable, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(n, parameters): the fit again on n synthetic benchmarks simulated at its values as a
     benchmark runs (one run of each point's measured request count, a new seed), each fitted with
-    another new seed; and (n, points fitted, figures): those synthetic benchmarks' figures."""
+    another new seed from where `found`'s search started (the whole procedure again, not a
+    polish of its answer); and (n, points fitted, figures): those synthetic benchmarks' figures."""
     r = dep.grid.run
     points = found.points
-    all_cells = dep.grid.cells()
-    cells = [all_cells[i] for i in points]
-    counts = [dep.points[i].requests for i in points]
     out = np.empty((n, len(found.names)))
     synthetic = np.empty((n, len(points), len(dep.figures)))
     full = np.empty((len(dep.points), len(dep.figures)))
     for b in range(n):
-        synthetic[b] = simulate_figures(dep, found.as_dict(), simulate, cells, seed=r.seed + 100_003 * (b + 1),
-                                        requests=counts)  # fmt: skip
+        seed = r.seed + 100_003 * (b + 1)
+        synthetic[b] = simulate_figures(dep, found.as_dict(), simulate, points, seed=seed, benchmark=True)
         full[list(points)] = synthetic[b]
-        again = fit(dep, simulate, points, start=found.as_dict(), measured=full, seed=r.seed + 7_919 * (b + 1))
+        again = fit(dep, simulate, points, start=found.start, measured=full, seed=r.seed + 7_919 * (b + 1))
         out[b] = again.values
     return out, synthetic
 
@@ -163,10 +160,9 @@ def held_out(dep: Deployment, full: Fit, simulate: Callable) -> np.ndarray:
     parameters are fitted to the other points only."""
     n = len(dep.points)
     measured = np.array(dep.measured(), dtype=float)
-    cells = dep.grid.cells()
     out = np.empty((n, len(dep.figures)))
     for i in range(n):
         others = tuple(j for j in range(n) if j != i)
         f = fit(dep, simulate, others, start=full.as_dict())
-        out[i] = simulate_figures(dep, f.as_dict(), simulate, [cells[i]])[0] / measured[i] - 1.0
+        out[i] = simulate_figures(dep, f.as_dict(), simulate, [i])[0] / measured[i] - 1.0
     return out
