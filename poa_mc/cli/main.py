@@ -1,7 +1,7 @@
 """The `poa-mc` command line: the group its commands join, its usage errors, and the console script.
 
 The commands live one concept a file: run, validate (run_cmds.py); reduce, plot, games
-(results_cmds.py); capacity (capacity_cmd.py); calibrate (calibrate_cmd.py); presets
+(results_cmds.py); capacity (capacity_cmd.py); calibrate (calibrate_cmd.py); tune (tune_cmd.py); presets
 (presets_cmd.py); profiles build-aic, aic-models (profile_cmds.py); export (export_cmd.py); submit,
 status (slurm_cmds.py). Each has `register(group)`, which this module calls on `main`.
 
@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 import poa_mc
-from poa_mc.cli import calibrate_cmd, capacity_cmd, presets_cmd, profile_cmds, results_cmds, run_cmds
+from poa_mc.cli import calibrate_cmd, capacity_cmd, presets_cmd, profile_cmds, results_cmds, run_cmds, tune_cmd
 
 # Each command imports what it runs inside its function (in its own module): `poa-mc --help`, and
 # bad input, answer before numba, polars and matplotlib load (bench/bench_startup.py).
@@ -67,6 +67,7 @@ def main() -> None:
 run_cmds.register(main)
 capacity_cmd.register(main)
 calibrate_cmd.register(main)
+tune_cmd.register(main)
 presets_cmd.register(main)
 results_cmds.register(main)
 profile_cmds.register(main)
