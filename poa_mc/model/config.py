@@ -71,19 +71,39 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     return grid
 
 
-def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> GridConfig:
-    """Read and validate a grid file, with `overrides` (`KEY=VALUE`, see apply_overrides) applied
-    first. Raises ConfigError (bad grid) or OSError (unreadable file)."""
-    path = Path(path)
+def _grid_text(path: Path) -> str:
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8-sig")  # a byte-order mark some editors write is no error
+        return data.decode("utf-8-sig")  # a byte-order mark some editors write is no error
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(
             f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x}); a TOML grid file is UTF-8"
         ) from None
-    return loads_grid(text, str(path), overrides=overrides)
+
+
+def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> GridConfig:
+    """Read and validate a grid file, with `overrides` (`KEY=VALUE`, see apply_overrides) applied
+    first. Raises ConfigError (bad grid) or OSError (unreadable file)."""
+    path = Path(path)
+    return loads_grid(_grid_text(path), str(path), overrides=overrides)
+
+
+def read_with_table(path: str | Path, name: str, known: tuple[str, ...], needs: str) -> tuple[dict, dict]:
+    """A grid file's TOML document without the table `name` of a command's own ([calibrate],
+    [tune]), and that table, its keys checked against `known` (`needs`: what the error says it
+    must hold). The document is then parse_grid's. Raises ConfigError or OSError."""
+    try:
+        doc = tomllib.loads(_grid_text(Path(path)))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("not valid TOML", str(e)) from None
+    table = doc.pop(name, None)
+    if not isinstance(table, dict):
+        raise ConfigError(name, f"the file needs a [{name}] table ({needs})")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]}", f"unknown key ({', '.join(known)})")
+    return doc, table
 
 
 def loads_grid(

@@ -21,11 +21,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
-
 from poa_mc.io.benchmarks.common import BenchmarkFormatError, LoadPoint
 from poa_mc.io.benchmarks.read import read_benchmark
-from poa_mc.model.config import parse_grid
+from poa_mc.model.config import parse_grid, read_with_table
 from poa_mc.model.grid import GridConfig
 from poa_mc.model.sections import ConfigError
 
@@ -84,16 +82,7 @@ def measured_figure(point: LoadPoint, figure: str) -> float | None:
 
 def load_deployment(path: str | Path) -> Deployment:
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("not valid TOML", str(e)) from None
-    cal = doc.pop("calibrate", None)
-    if not isinstance(cal, dict):
-        raise ConfigError("calibrate", "the deployment file needs a [calibrate] table (measured, fit)")
-    unknown = set(cal) - {"measured", "fit", "figures", "held_out"}
-    if unknown:
-        raise ConfigError(f"calibrate.{sorted(unknown)[0]}", "unknown key (measured, fit, figures, held_out)")
+    doc, cal = read_with_table(path, "calibrate", ("measured", "fit", "figures", "held_out"), "measured, fit")
     points = _read_points(path, cal.get("measured"))
     axis = points[0].load_axis
     grid_t = doc.setdefault("grid", {})

@@ -17,9 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
-
-from poa_mc.model.config import parse_grid
+from poa_mc.model.config import parse_grid, read_with_table
 from poa_mc.model.grid import GridConfig
 from poa_mc.model.sections import ConfigError
 from poa_mc.model.spec_policy import PolicySpec
@@ -52,17 +50,8 @@ class TuneSpec:
 
 def load_tune(path: str | Path) -> TuneSpec:
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("not valid TOML", str(e)) from None
-    t = doc.pop("tune", None)
-    if not isinstance(t, dict):
-        raise ConfigError("tune", "the grid file needs a [tune] table (policy, objective, space)")
-    known = {"policy", "objective", "space", "candidates", "replicas", "validate_replicas"}
-    unknown = sorted(set(t) - known)
-    if unknown:
-        raise ConfigError(f"tune.{unknown[0]}", f"unknown key ({', '.join(sorted(known))})")
+    known = ("policy", "objective", "space", "candidates", "replicas", "validate_replicas")
+    doc, t = read_with_table(path, "tune", known, "policy, objective, space")
     grid = parse_grid(doc, str(path), path.parent)
     names = [p.name for p in grid.policies]
     name = t.get("policy", names[0])
