@@ -31,12 +31,22 @@ def test_cells_are_written_in_order_beside_the_next_cell_when_small(monkeypatch,
     if not beside:  # every cell's samples over the bound: written before the next starts
         monkeypatch.setattr(runner, "WRITE_BESIDE_BYTES", 0)
     writes = _recording_writes(monkeypatch)
+    lines: list[str] = []  # the thread that accounts for each written cell, in order
+    real_done = runner.RunConsole.cell_done
+
+    def cell_done(self, *args, **kwargs):
+        lines.append(threading.current_thread().name)
+        return real_done(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner.RunConsole, "cell_done", cell_done)
     grid = loads_grid(SMALL)
     report = runner.run_grid(grid, out=tmp_path / "out", simulate=fake_engine.simulate, quiet=True)
     order = [c.cell_id for c in grid.cells()]
-    assert [w[0] for w in writes] == order == report.ran
-    threads = {w[1] for w in writes}
-    assert threads == ({"poa-mc-writer_0"} if beside else {"MainThread"})
+    assert sorted(w[0] for w in writes) == sorted(order) and report.ran == order
+    # files on the commit threads; their accounting on the writer thread beside the next cell, or
+    # on the main thread before it
+    assert {w[1] for w in writes} <= {f"poa-mc-commit_{i}" for i in range(runner.COMMIT_THREADS)}
+    assert set(lines) == ({"poa-mc-writer_0"} if beside else {"MainThread"})
     assert report.complete == len(order) and report.reduced
     assert not list((tmp_path / "out").rglob("*.tmp"))
 

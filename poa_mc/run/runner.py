@@ -94,6 +94,7 @@ def resolve_backend(requested: str) -> str:
     return resolver("auto") if callable(resolver) else "cpu"
 
 
+COMMIT_THREADS = 2  # cells of one launch written at once
 WRITE_BESIDE_BYTES = 64 << 20  # a cell whose kept samples are larger is written before the next starts
 
 
@@ -329,7 +330,6 @@ def run_grid(
     width = max(sum(pool_sizes(c.spec)) for c in cells)  # candidate columns of every cell's samples
 
     timed_cost, timed_s = 0.0, 0.0  # cells big enough to time the engine, not its per-call overhead
-    last_end = 0.0  # when the cell before this one had its accumulators
     # each written cell's statistics, worked out beside the next cell's simulation: the summary at
     # the end takes them instead of reading the accumulators back (bench/NOTES.md)
     from poa_mc.stats.cell_stats import CellStats, cell_stats
@@ -337,19 +337,17 @@ def run_grid(
     rows = {row["cell_id"]: row for row in cell_rows.iter_rows(named=True)}
     stats: dict[str, CellStats] = {}
 
-    def commit(cell: Cell, res: Any, meta: dict, cost: float, simulated: float, t0: float) -> None:
-        """A cell's accumulators (waiting for a reduction still running beside the next cell), then
-        its files (meta, samples, accumulators last: the commit point), then its line."""
-        nonlocal timed_cost, timed_s, last_end
+    def write(cell: Cell, res: Any, meta: dict, t0: float, before: Any) -> tuple[dict, float]:
+        """A cell's accumulators (waiting for its reduction), then its files (meta, samples,
+        accumulators last: the commit point) and its statistics; returns (accumulators, the cell's
+        share of the run: from its start, or the end of the reduction `before` it when that ran
+        beside this cell's simulation, to its accumulators, compilation excluded). Several cells'
+        at once, on the commit threads."""
         acc = res.reduced()
-        # the cell's share of the run: from its start (or the previous cell's end, when it overlapped
-        # that cell's last reduction) to its accumulators, compilation excluded
         end = res.reduced_at or time.perf_counter()
-        cell_s = end - max(t0, last_end) - float(getattr(res, "compile_s", 0.0))
-        last_end = end
+        before_end = (getattr(before, "reduced_at", None) or 0.0) if before is not None else 0.0
+        cell_s = end - max(t0, before_end) - float(getattr(res, "compile_s", 0.0))
         meta["cell_s"] = cell_s
-        if cost >= speed.MIN_TIMED_COST:
-            timed_cost, timed_s = timed_cost + cost, timed_s + cell_s
         frame = None
         kept = next(iter(res.samples.values())).shape[1]
         if keep != 0 and kept:  # per-request columns only: per-replica ones are in acc/
@@ -357,28 +355,51 @@ def run_grid(
         meta["samples"] = "all" if kept == r.requests and frame is not None else (kept if frame is not None else 0)
         meta["acc_settings"] = acc_key
         run_dir.write_cell(cell.cell_id, acc_frame(acc), meta, frame)
-        report.ran.append(cell.cell_id)
-        console.cell_done(cell.label(), cost, simulated, cell_s)
         try:
             stats[cell.cell_id] = cell_stats(acc, rows[cell.cell_id], poa_cfg, r.warmup_for(cell.concurrency))
         except Exception:  # noqa: BLE001 - the summary works it out again from disk, and says why it cannot
             pass
+        return acc, cell_s
+
+    def account(cell: Cell, cost: float, simulated: float, cell_s: float) -> None:
+        """A written cell's line and counts, one cell at a time, in order."""
+        nonlocal timed_cost, timed_s
+        if cost >= speed.MIN_TIMED_COST:
+            timed_cost, timed_s = timed_cost + cost, timed_s + cell_s
+        report.ran.append(cell.cell_id)
+        console.cell_done(cell.label(), cost, simulated, cell_s)
 
     # a launch's cells' files are written on a thread of their own while the next launch simulates
     # (a grid of small cells spent a fifth of its time writing them, bench/NOTES.md); one launch's
-    # at a time, in order, and only cells whose samples are small, so that memory and a Ctrl-C's
-    # wait stay small
+    # at a time, its cells on COMMIT_THREADS threads (a small cell's commit is a few ms of polars
+    # and fsync, which held a grid of 2,000 cells to one busy core), their lines in order; and
+    # only cells whose samples are small, so that memory and a Ctrl-C's wait stay small
     writer = threads.pool("writer", 1)
+    committers = threads.pool("commit", COMMIT_THREADS)
+    last: list[Any] = [None]  # the last cell handed to `write`: the next one's `before`
     writing: Future | None = None
     pending: Future | None = None  # the previous cell's last reduction, maybe still running
 
     claims = Claims(run_dir, fp, key, started_ns)
 
-    def commit_and_release(cell: Cell, *rest: Any) -> None:
+    def commit_all(jobs: list[tuple]) -> None:
+        """Write `jobs`' cells at once, then account for them in order; every write is waited for,
+        whatever becomes of the others (nothing is left writing behind an error or a Ctrl-C)."""
+        writes = []
+        for cell, res, meta, _cost, _simulated, t0 in jobs:
+            writes.append(committers.submit(write, cell, res, meta, t0, last[0]))
+            last[0] = res
         try:
-            commit(cell, *rest)
+            for (cell, _res, _meta, cost, simulated, _t0), done in zip(jobs, writes):
+                try:
+                    _acc, cell_s = done.result()
+                    account(cell, cost, simulated, cell_s)
+                finally:
+                    claims.release(cell.cell_id)
         finally:
-            claims.release(cell.cell_id)
+            wait(writes)
+            for cell, *_ in jobs:
+                claims.release(cell.cell_id)
 
     # the engine runs a grid's small cells in batches, several to a launch (poa_mc/engine/cell_batch.py);
     # a test's stand-in engine gets them one at a time
@@ -455,10 +476,6 @@ def run_grid(
             "shard": list(shard) if shard else None,
         }
         return (cell, res, meta, costs[cell.cell_id], simulated, t0)
-
-    def commit_all(jobs: list[tuple]) -> None:
-        for one in jobs:
-            commit_and_release(*one)
 
     def finish(jobs: list[tuple]) -> None:
         """Simulated cells' files, written in order beside the next launch when their samples are
