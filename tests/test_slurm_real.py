@@ -305,3 +305,25 @@ def test_time_limit_warning_stops_a_task_between_cells_and_resubmission_finishes
     for name in ("summary.parquet", "poa.parquet"):
         a, b = read_frame(out / name), read_frame(local / name)
         assert a.equals(b, null_equal=True), f"{name} differs:\n{a}\n{b}"
+
+
+def test_a_tune_sharded_over_an_array_equals_a_local_tune(cluster: Cluster, tmp_path: Path) -> None:
+    """`poa-mc submit --tune`: each task tunes its shard of the load points, the last job writes
+    the results, which equal one local `poa-mc tune`; `poa-mc status` counts the points."""
+    grid = HERE / "slurm" / "tune_small.toml"
+    out, local = tmp_path / "on-slurm", tmp_path / "local"
+    cluster.poa("tune", grid, "--out", local, timeout=400)
+    sub = cluster.poa("submit", "--grid", grid, "--partition", PARTITION, "--tasks", 2, "--tune", "--out", out)
+    assert "3 load points to tune" in sub.stdout, sub.stdout
+    script = (out / "slurm" / "array.sbatch").read_text()
+    assert " tune " in script and '--shard "$SHARD/$NSHARDS"' in script
+    jobs = json.loads((out / "slurm" / "jobs.json").read_text())["submissions"]
+    ids = [j[k] for j in jobs for k in ("array_job_id", "reduce_job_id")]
+    wait_for("the tune's array and results job", lambda: not cluster.queued(ids), DEADLINE_S, cluster, 0.5)
+    for name in ("tune.parquet", "tuned.parquet"):
+        a, b = read_frame(out / name), read_frame(local / name)
+        assert a.equals(b, null_equal=True), f"{name} differs:\n{a}\n{b}"
+    assert (out / "tuned.toml").read_text() == (local / "tuned.toml").read_text()
+    status = cluster.poa("status", out, "--json")
+    counts = json.loads(status.stdout)["cells"]
+    assert (counts["total"], counts["done"], counts["pending"]) == (3, 3, 0), status.stdout

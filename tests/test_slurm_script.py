@@ -547,3 +547,64 @@ def test_bookkeeping_survives_a_shard_sweeping_temporaries(tmp_path: Path, monke
     write_shards(tmp_path, 2, {"a": 0, "b": 1})
     assert json.loads((tmp_path / "slurm" / "shards.json").read_text())["tasks"] == 2
     assert not [p for p in (tmp_path / "slurm").iterdir() if p.name.endswith(".tmp")]
+
+
+TUNE_GRID = Path(__file__).parent / "slurm" / "tune_small.toml"
+
+
+def test_submit_tune_shards_the_load_points_and_resubmits_only_what_is_left(tmp_path: Path) -> None:
+    from poa_mc.model.grid import assign_shards
+    from poa_mc.run.tune.space import load_tune
+
+    fake = FakeSlurm()
+    out = tmp_path / "tune"
+    sub = submit(TUNE_GRID, out, opts(tasks=2), python=PY, runner=fake, echo=lambda s: None, tune=True)
+    assert (sub.tasks, sub.total_cells, sub.pending_cells, sub.array_spec) == (2, 3, 3, "0-1")
+    array = (out / "slurm" / "array.sbatch").read_text()
+    assert f'tune {TUNE_GRID.resolve()} --out {out.resolve()} --shard "$SHARD/$NSHARDS" &' in array
+    assert "--resume" not in array  # a tune always goes on where it stopped
+    reduce = (out / "slurm" / "reduce.sbatch").read_text()
+    assert f"poa_mc.cli.main tune {TUNE_GRID.resolve()} --out {out.resolve()}\n" in reduce
+    assert (out / "tune.json").is_file()
+    # the shards are `poa-mc tune --shard`'s: once shard 0's points are saved, only shard 1 is left
+    spec = load_tune(TUNE_GRID)
+    cells = spec.grid.cells()
+    shard0 = [c for c, s in zip(cells, assign_shards(cells, 2, spec.grid.run)) if s == 0]
+    from click.testing import CliRunner
+
+    from poa_mc.cli.main import main
+
+    r = CliRunner().invoke(main, ["tune", str(TUNE_GRID), "--out", str(out), "--shard", "0/2"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.stem for p in (out / "points").iterdir()) == sorted(c.cell_id for c in shard0)
+    sub = submit(TUNE_GRID, out, opts(tasks=2), python=PY, runner=FakeSlurm(), echo=lambda s: None, tune=True)
+    assert (sub.pending_cells, sub.array_spec) == (3 - len(shard0), "1")
+
+
+def test_submit_tune_bad_input(tmp_path: Path) -> None:
+    ctl = tmp_path / "ctl.toml"
+    ctl.write_text(
+        TUNE_GRID.read_text()
+        .replace('kind = "kv"', 'kind = "adaptive"')
+        .replace(
+            "space = { overlap_weight = [0.0, 2.0], temperature = [0.0, 1.0] }", "space = { theta1 = [100.0, 900.0] }"
+        )
+    )
+    with pytest.raises(SlurmError, match="--tune: .* as one job") as e:
+        submit(ctl, tmp_path / "a", opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None, tune=True)
+    assert e.value.bad_input
+    with pytest.raises(SlurmError, match="--backend") as e:
+        submit(
+            TUNE_GRID,
+            tmp_path / "b",
+            opts(backend="cpu"),
+            python=PY,
+            runner=FakeSlurm(),
+            echo=lambda s: None,
+            tune=True,
+        )
+    with pytest.raises(SlurmError, match="tune.space") as e:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(TUNE_GRID.read_text().replace("overlap_weight = [0.0, 2.0]", "omega = [0.0, 2.0]"))
+        submit(bad, tmp_path / "c", opts(), python=PY, runner=FakeSlurm(), echo=lambda s: None, tune=True)
+    assert e.value.bad_input

@@ -179,6 +179,8 @@ def _interrupted(e: BaseException) -> None:
         out = [] if "--out" in argv or any(a.startswith("--out=") for a in argv) else ["--out", str(e.out)]
         cmd = shlex.join(["poa-mc", *argv, *out, "--resume"])
         msg = f"{what}: {e.done} of {e.total} cells are complete in {e.out}; go on with: {cmd}"
+    elif str(e):  # a command's own account of what it kept
+        msg = f"{what}: {e}"
     else:
         msg = what
     try:

@@ -72,6 +72,12 @@ def _default_out(grid: Path) -> Path:
     help="Run directory. Default: as `poa-mc run`.",
 )
 @click.option("--dry-run", is_flag=True, help="Write and print the scripts; submit nothing.")
+@click.option(
+    "--tune",
+    "tune",
+    is_flag=True,
+    help="Shard the grid's [tune] load points (`poa-mc tune --shard`); the last job writes the results.",
+)
 def submit_cmd(
     grid_arg: str,
     partition: str,
@@ -88,8 +94,11 @@ def submit_cmd(
     reduce_partition: str | None,
     out: Path | None,
     dry_run: bool,
+    tune: bool,
 ) -> None:
     """Run a grid as a Slurm array: task k runs shard k/N with --resume; a final job reduces.
+    With --tune, task k tunes shard k/N of the grid's [tune] load points and the final job writes
+    the tune's results (docs/tune.md).
 
     Submitting again resubmits only the shards with unfinished cells (finished cells stand), after
     every job of the run that is still queued or running.
@@ -110,24 +119,25 @@ def submit_cmd(
     )
     try:
         grid = _grid_file(grid_arg)
-        out_dir = out if out is not None else _default_out(grid)
-        sub = submit(grid, out_dir, opts, dry_run=dry_run, echo=click.echo)
+        out_dir = out if out is not None else _default_out(grid, tune)
+        sub = submit(grid, out_dir, opts, dry_run=dry_run, echo=click.echo, tune=tune)
     except SlurmError as e:
         _fail(e)
         return
     if dry_run:
         return
     done = sub.total_cells - sub.pending_cells
+    units = "load points" if tune else "cells"
     if sub.array_job_id:
         click.echo(
             f"submitted array job {sub.array_job_id} (tasks {sub.array_spec} of {sub.tasks}; "
-            f"{sub.pending_cells} cells to run, {done} already done)"
+            f"{sub.pending_cells} {units} to {'tune' if tune else 'run'}, {done} already done)"
         )
     else:
-        click.echo(f"all {sub.total_cells} cells already done: no array submitted")
+        click.echo(f"all {sub.total_cells} {units} already done: no array submitted")
     if sub.waits_for:
         click.echo(f"waits for earlier jobs still queued or running: {', '.join(sub.waits_for)}")
-    click.echo(f"submitted reduce job {sub.reduce_job_id} (afterany)")
+    click.echo(f"submitted {'results' if tune else 'reduce'} job {sub.reduce_job_id} (afterany)")
     run_dir = sub.array_script.parent.parent
     click.echo(f"logs: {run_dir / LOG_DIR}; progress: poa-mc status {run_dir}")
 

@@ -26,11 +26,14 @@ def norm_cell_id(value: object) -> str:
 
 def done_cells(out: Path, damaged: dict[str, str] | None = None) -> set[str]:
     """Cells whose accumulators are on disk (acc/cell_id=XXXX/part.parquet, a cell's commit point)
-    and whose files are what was written; the damaged ones (id -> why) go into `damaged` when
-    given. A resubmission runs the shards of damaged cells again, and their tasks (--resume)
-    simulate them again."""
+    and whose files are what was written, or a tune's load points whose files read back (`poa-mc
+    submit --tune`); the damaged cells (id -> why) go into `damaged` when given. A resubmission
+    runs the shards of damaged cells again, and their tasks (--resume) simulate them again."""
     from poa_mc.io.store import RunDir
+    from poa_mc.run.tune import points
 
+    if (out / points.MANIFEST).is_file():
+        return {norm_cell_id(c) for c in points.saved_ids(out)}
     run_dir = RunDir(out)
     done = run_dir.complete_cells()
     bad = run_dir.damaged(done)
@@ -99,4 +102,41 @@ def prepare_run_dir(grid: Any, out: Path, backend: str | None) -> None:
     try:
         RunDir(out).prepare(manifest, cells_frame(grid.cells()), resume=True)
     except RunDirError as e:
+        raise SlurmError(f"--out {out}: {e}", bad_input=True) from None
+
+
+def load_tune_points(grid_path: Path, n_tasks: int | None, out: Path) -> tuple[Any, dict[str, int] | None, set[str]]:
+    """A tune's spec, its load points' shards (as `poa-mc tune --shard k/n_tasks` splits them;
+    None without n_tasks) and the points already tuned in `out`; bad input as SlurmErrors."""
+    from poa_mc.model.grid import assign_shards
+    from poa_mc.model.sections import ConfigError
+    from poa_mc.run.tune import points
+    from poa_mc.run.tune.space import load_tune
+
+    try:
+        spec = load_tune(grid_path)
+    except ConfigError as e:
+        raise SlurmError(f"{grid_path}: {e}", bad_input=True) from None
+    except OSError as e:
+        raise SlurmError(f"--grid: cannot read {grid_path}: {e.strerror or e}", bad_input=True) from None
+    if spec.joint:
+        raise SlurmError(
+            f"--tune: {grid_path} tunes a controller's table, raced over every load point at once: "
+            "run `poa-mc tune` as one job",
+            bad_input=True,
+        )
+    cells = spec.grid.cells()
+    shard_of = None
+    if n_tasks is not None:
+        shard_of = {c.cell_id: int(s) for c, s in zip(cells, assign_shards(cells, n_tasks, spec.grid.run))}
+    return spec, shard_of, set(points.done(out, cells))
+
+
+def prepare_tune_dir(spec: Any, out: Path) -> None:
+    """Create DIR as `poa-mc tune` would (tune.json, points/), or check that it holds this tune."""
+    from poa_mc.run.tune import points
+
+    try:
+        points.prepare(spec, out)
+    except points.TuneDirError as e:
         raise SlurmError(f"--out {out}: {e}", bad_input=True) from None

@@ -65,8 +65,11 @@ def _sbatch_common(opts: SlurmOptions, *, partition: str) -> list[str]:
     return lines
 
 
-def render_array_script(grid: Path, out: Path, opts: SlurmOptions, n_tasks: int, python: PythonEnv) -> str:
-    """The sbatch array script: task k of n_tasks runs shard k/n_tasks of the grid, resuming."""
+def render_array_script(
+    grid: Path, out: Path, opts: SlurmOptions, n_tasks: int, python: PythonEnv, *, tune: bool = False
+) -> str:
+    """The sbatch array script: task k of n_tasks runs shard k/n_tasks of the grid, resuming (with
+    `tune`, shard k/n_tasks of its [tune]'s load points, which always resumes)."""
     q = shlex.quote
     grid, out = grid.resolve(), out.resolve()
     log = out / LOG_DIR / "%A_%a.out"
@@ -94,21 +97,12 @@ def render_array_script(grid: Path, out: Path, opts: SlurmOptions, n_tasks: int,
         f"#SBATCH --signal=B:TERM@{SIGNAL_LEAD_S}",
         *opts.extra,
     ]
-    run_cmd = [
-        '"$PY"',
-        "-m",
-        "poa_mc.cli.main",
-        "run",
-        "--grid",
-        q(str(grid)),
-        "--out",
-        q(str(out)),
-        "--shard",
-        '"$SHARD/$NSHARDS"',
-        "--resume",
-        "--quiet",
-    ]
-    if opts.backend:
+    run_cmd = ['"$PY"', "-m", "poa_mc.cli.main", "run", "--grid", q(str(grid)), "--out", q(str(out)),
+               "--shard", '"$SHARD/$NSHARDS"', "--resume", "--quiet"]  # fmt: skip
+    if tune:
+        run_cmd = ['"$PY"', "-m", "poa_mc.cli.main", "tune", q(str(grid)), "--out", q(str(out)),
+                   "--shard", '"$SHARD/$NSHARDS"']  # fmt: skip
+    elif opts.backend:
         run_cmd += ["--backend", q(opts.backend)]
     body = [
         "",
@@ -141,8 +135,9 @@ def render_array_script(grid: Path, out: Path, opts: SlurmOptions, n_tasks: int,
     return "\n".join(head + body)
 
 
-def render_reduce_script(out: Path, opts: SlurmOptions, python: PythonEnv) -> str:
-    """The final job: merges the shards (reduce itself refuses mismatched or missing cells)."""
+def render_reduce_script(out: Path, opts: SlurmOptions, python: PythonEnv, *, tune_grid: Path | None = None) -> str:
+    """The final job: merges the shards (reduce itself refuses mismatched or missing cells); for a
+    tune, `poa-mc tune` without --shard, which tunes any point still missing and writes the results."""
     q = shlex.quote
     out = out.resolve()
     log = out / LOG_DIR / "reduce_%j.out"
@@ -162,7 +157,9 @@ def render_reduce_script(out: Path, opts: SlurmOptions, python: PythonEnv) -> st
         *python.activation_lines(),
         *opts.setup,
         'echo "[poa-mc] $(date -Is) reduce starts on $(hostname)"',
-        f'"$PY" -m poa_mc.cli.main reduce {q(str(out))}',
+        f'"$PY" -m poa_mc.cli.main reduce {q(str(out))}'
+        if tune_grid is None
+        else f'"$PY" -m poa_mc.cli.main tune {q(str(tune_grid.resolve()))} --out {q(str(out))}',
         "rc=$?",
         'echo "[poa-mc] $(date -Is) reduce exited with status $rc"',
         "exit $rc",

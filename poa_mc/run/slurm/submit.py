@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poa_mc.run.slurm.cells import done_cells, load_grid, plan_shards, prepare_run_dir
+from poa_mc.run.slurm.cells import (
+    done_cells,
+    load_grid,
+    load_tune_points,
+    plan_shards,
+    prepare_run_dir,
+    prepare_tune_dir,
+)
 from poa_mc.run.slurm.options import SlurmError, SlurmOptions
 from poa_mc.run.slurm.records import (
     ARRAY_SCRIPT,
@@ -69,12 +76,15 @@ def submit(
     python: PythonEnv | None = None,
     runner: Runner = _run,
     echo: Callable[[str], None] = print,
+    tune: bool = False,
 ) -> Submission:
     """Write DIR/slurm/{array,reduce}.sbatch and, unless dry_run, submit both (reduce afterany array).
 
     A resubmission runs only the shards that still have unfinished cells, keeps the shard count of
     the previous submission (so cell -> shard stays the same) unless --tasks says otherwise, and
     waits for every job of DIR still in the queue, so no two tasks ever work on the same cell.
+    With `tune`, the grid's [tune] load points take the cells' place: task k runs `poa-mc tune
+    --shard k/N` and the last job `poa-mc tune` (which writes the results).
     """
     opts.validate()
     grid = grid.resolve()
@@ -84,8 +94,14 @@ def submit(
     python = python or PythonEnv.current()
     previous = read_jobs(out)
 
-    parsed = load_grid(grid)
-    total = len(parsed.cells())
+    if tune and opts.backend:
+        raise SlurmError("--backend: a tune uses its grid's [run] backend", bad_input=True)
+    if tune:
+        spec, _, _ = load_tune_points(grid, None, out)
+        total = len(spec.grid.cells())
+    else:
+        parsed = load_grid(grid)
+        total = len(parsed.cells())
     if total == 0:
         raise SlurmError(f"{grid}: the grid has no cells", bad_input=True)
     n_tasks = opts.tasks
@@ -96,20 +112,25 @@ def submit(
     # More shards than cells would leave tasks with nothing to do: each would still queue, start
     # Python and wait for a GPU.
     n_tasks = min(n_tasks, total)
-    shard_of = plan_shards(parsed, n_tasks)
-
-    done = done_cells(out)
+    if tune:
+        spec, shard_of, done = load_tune_points(grid, n_tasks, out)
+    else:
+        shard_of = plan_shards(parsed, n_tasks)
+        done = done_cells(out)
     pending_shards = sorted({s for c, s in shard_of.items() if c not in done})
     pending = sum(1 for c in shard_of if c not in done)
     array_spec = _array_spec(pending_shards) if pending_shards else ""
 
     sdir = out / SLURM_DIR
     array_path, reduce_path = sdir / ARRAY_SCRIPT, sdir / REDUCE_SCRIPT
-    array_text = render_array_script(grid, out, opts, n_tasks, python)
-    reduce_text = render_reduce_script(out, opts, python)
+    array_text = render_array_script(grid, out, opts, n_tasks, python, tune=tune)
+    reduce_text = render_reduce_script(out, opts, python, tune_grid=grid if tune else None)
     sub = Submission(array_path, reduce_path, n_tasks, array_spec, pending_cells=pending, total_cells=total)
 
-    prepare_run_dir(parsed, out, opts.backend)
+    if tune:
+        prepare_tune_dir(spec, out)
+    else:
+        prepare_run_dir(parsed, out, opts.backend)
     if dry_run:
         echo(f"# {array_path}")
         echo(array_text)
