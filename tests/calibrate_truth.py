@@ -11,7 +11,7 @@ import numpy as np
 
 from poa_mc.engine.engine import simulate
 from poa_mc.model.config import loads_grid
-from poa_mc.run.calibrate.figures import apply, cell_figures
+from poa_mc.run.calibrate.figures import apply_spec, cell_figures
 
 TRUTH = {"prefill_scale": 1.4, "decode_scale": 0.8, "prefill_host_request_ms": 3.0}
 FIT = {"prefill_scale": [0.5, 2.5], "decode_scale": [0.4, 2.0], "prefill_host_request_ms": [0.0, 10.0]}
@@ -38,6 +38,7 @@ prefix_ratio = 0.5
 
 [cluster]
 flow = "prefill_first"
+{cluster}
 
 [grid]
 topology = ["1P/2D"]
@@ -49,13 +50,22 @@ kind = "kv"
 """
 
 
-def measured(seed: int = 99, replicas: int = 1, requests: int = BENCH_REQUESTS) -> dict[int, dict[str, float]]:
-    """Each load's figures, simulated at TRUTH with `seed`: one run of BENCH_REQUESTS requests, as
+# a disaggregated deployment whose transfers take time: Llama-3.1-70B's bf16 KV (2 x 80 layers x
+# 8 KV heads x 128 x 2 bytes per token) over a link of 20 GB/s, 13 ms per 1,024-token prompt
+TRANSFER_CLUSTER = "kv_bytes_per_token = 327680"
+TRANSFER_TRUTH = {"transfer_gbps": 20.0, "prefill_host_request_ms": 3.0}
+TRANSFER_FIT = {"transfer_gbps": [5.0, 80.0], "prefill_host_request_ms": [0.0, 10.0]}
+
+
+def measured(
+    seed: int = 99, replicas: int = 1, requests: int = BENCH_REQUESTS, *, truth: dict = TRUTH, cluster: str = ""
+) -> dict[int, dict[str, float]]:
+    """Each load's figures, simulated at `truth` with `seed`: one run of BENCH_REQUESTS requests, as
     a benchmark's."""
-    grid = loads_grid(GRID.format(replicas=replicas, requests=requests, loads=list(LOADS)))
+    grid = loads_grid(GRID.format(replicas=replicas, requests=requests, loads=list(LOADS), cluster=cluster))
     out = {}
     for cell in grid.cells():
-        spec = cell.spec.__class__(**{**cell.spec.__dict__, "profile": apply(cell.spec.profile, TRUTH)})
+        spec = apply_spec(cell.spec, truth)
         res = simulate(spec, replicas=replicas, requests=requests, warmup=60, seed=seed, stream=cell.stream,
                        record_candidates=False)  # fmt: skip
         out[cell.concurrency] = dict(zip(FIGS, cell_figures(res, FIGS)))
@@ -122,12 +132,12 @@ WRITERS = {"aiperf": write_aiperf, "vllm": write_vllm, "genai-perf": write_genai
 
 def deployment(folder: Path, fmt: str, figs: dict[int, dict[str, float]], *, replicas: int = 4,
                requests: int = BENCH_REQUESTS, figures=("ttft_mean", "ttft_p99", "itl_mean", "throughput"),
-               held_out: bool = True) -> Path:  # fmt: skip
+               held_out: bool = True, fit: dict = FIT, cluster: str = "") -> Path:  # fmt: skip
     """The deployment file and its measured files in `fmt`; returns the file."""
     files = [WRITERS[fmt](folder, c, figs[c], BENCH_REQUESTS) for c in LOADS]
-    text = GRID.format(replicas=replicas, requests=requests, loads=list(LOADS))
+    text = GRID.format(replicas=replicas, requests=requests, loads=list(LOADS), cluster=cluster)
     names = json.dumps([str(f.relative_to(folder)) for f in files])
-    fit = ", ".join(f"{k} = {v}" for k, v in FIT.items())
+    fit = ", ".join(f"{k} = {v}" for k, v in fit.items())
     text += f"\n[calibrate]\nmeasured = {names}\nfit = {{ {fit} }}\nfigures = {json.dumps(list(figures))}\n"
     text += f"held_out = {'true' if held_out else 'false'}\n"
     p = folder / "deployment.toml"

@@ -17,7 +17,17 @@ from poa_mc.run.calibrate import fit as fit_module
 from poa_mc.run.calibrate.deployment import load_deployment
 from poa_mc.run.calibrate.figures import apply
 from poa_mc.run.calibrate.report import calibrate, profile_toml
-from tests.calibrate_truth import BENCH_REQUESTS, GRID, LOADS, TRUTH, deployment, measured
+from tests.calibrate_truth import (
+    BENCH_REQUESTS,
+    GRID,
+    LOADS,
+    TRANSFER_CLUSTER,
+    TRANSFER_FIT,
+    TRANSFER_TRUTH,
+    TRUTH,
+    deployment,
+    measured,
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +69,23 @@ def test_a_benchmark_of_known_truth_is_calibrated_back_to_it(calibrated):
     assert np.all(np.abs(cal.held_out) <= 0.10), cal.held_out
 
 
+def test_a_transfers_bandwidth_is_calibrated_back_to_it(tmp_path):
+    """A disaggregated deployment whose P->D transfers take time (20 GB/s for 1,024 tokens of 70B
+    KV: 16.8 ms each) and 3 ms of host time per request: both are recovered within their 95%
+    intervals, and the calibrated profile file names the bandwidth for [cluster]."""
+    figs = measured(seed=99, truth=TRANSFER_TRUTH, cluster=TRANSFER_CLUSTER)
+    path = deployment(tmp_path, "vllm", figs, fit=TRANSFER_FIT, cluster=TRANSFER_CLUSTER, held_out=False)
+    dep = load_deployment(path)
+    cal = calibrate(dep, simulate, bootstrap=40)
+    f = cal.fit
+    for name, v, lo, hi in zip(f.names, f.values, f.lo, f.hi):
+        assert lo <= TRANSFER_TRUTH[name] <= hi, (name, v, lo, hi)
+        assert hi - lo < 0.5 * TRANSFER_TRUTH[name] + 1.0, (name, lo, hi)
+    text = profile_toml(cal.profile(dep), dep, f.as_dict())
+    assert f"# transfer_gbps = {f.as_dict()['transfer_gbps']!r}" in text
+    tomllib.loads(text)
+
+
 def test_the_interval_is_not_the_asymptotic_one(truth_figures, tmp_path):
     """What the percentile bootstrap is for: the fit at the grid's seed alone (no refits) gives no
     interval, and refits move (the intervals have width, the parameters trade off)."""
@@ -76,7 +103,9 @@ def test_the_calibrated_profile_is_a_grid_profile(truth_figures, tmp_path):
     dep = load_deployment(deployment(tmp_path, "vllm", truth_figures, held_out=False))
     cal = calibrate(dep, simulate, bootstrap=0)
     text = profile_toml(cal.profile(dep), dep)
-    grid_text = GRID.format(replicas=2, requests=20, loads=[2]).replace('[profile]\nname = "dynamo-mocker"\n', text)
+    grid_text = GRID.format(replicas=2, requests=20, loads=[2], cluster="").replace(
+        '[profile]\nname = "dynamo-mocker"\n', text
+    )
     grid = loads_grid(grid_text)
     want = apply(dep.grid.profile, cal.fit.as_dict())
     for k in ("p0", "p1", "p2", "d0", "d1", "d2", "d_min", "prefill_host_request_ms"):
@@ -116,6 +145,26 @@ def test_the_command_writes_its_files_and_prints_the_fit(truth_figures, tmp_path
         (lambda t: t.replace("measured = [", 'measured = ["nothing.json", '), "nothing.json: no such file"),
         (lambda t: t.replace('topology = ["1P/2D"]', 'topology = ["1P/2D", "1P/3D"]'), "grid.topology"),
         (lambda t: t.replace("[calibrate]", "[calibration]"), "calibrate"),
+        # a transfer's bandwidth needs the bytes a transfer moves; a handover's posting time vLLM's handover
+        (
+            lambda t: t.replace("fit = {", "fit = { transfer_gbps = [5.0, 80.0],"),
+            "calibrate.fit.transfer_gbps: transfers",
+        ),
+        (lambda t: t.replace("fit = {", "fit = { nixl_post_us = [0.5, 10.0],"), "calibrate.fit.nixl_post_us: vLLM"),
+        (
+            lambda t: t.replace("fit = {", "fit = { transfer_gbps = [0.0, 80.0],").replace(
+                'flow = "prefill_first"', 'flow = "prefill_first"\nkv_bytes_per_token = 327680'
+            ),
+            "calibrate.fit.transfer_gbps: a bandwidth's low must be > 0",
+        ),
+        (
+            lambda t: (
+                t.replace("fit = {", "fit = { transfer_latency_ms = [0.0, 5.0],")
+                .replace('flow = "prefill_first"', 'flow = "aggregated"')
+                .replace('topology = ["1P/2D"]', 'topology = ["0P/2D"]')
+            ),
+            "calibrate.fit.transfer_latency_ms: a disaggregated",
+        ),
     ],
 )
 def test_a_bad_deployment_is_one_line_naming_the_key(change, says, truth_figures, tmp_path):

@@ -33,7 +33,15 @@ PARAMS = {
     "decode_scale": "multiplies every decode step's time (d0, d1, d2, d_min; decode_ms)",
     "prefill_host_request_ms": "host time per request in a prefill pass (ms)",
     "prefill_host_pass_ms": "host time per prefill pass (ms)",
+    "transfer_gbps": "the P->D KV transfer's bandwidth inside a node (GB/s; prefill_first, kv_bytes_per_token > 0)",
+    "transfer_latency_ms": "each P->D KV transfer's fixed latency (ms; prefill_first, kv_bytes_per_token > 0)",
+    "nixl_post_us": 'vLLM\'s handover: CPU time to post one read descriptor (us; handover = "vllm")',
 }
+# searched in their reciprocal: a transfer's time goes as one over its bandwidth, so the figures
+# move evenly with the search's steps (poa_mc/run/calibrate/fit.py)
+RECIPROCAL = ("transfer_gbps",)
+# the parameters of the cluster ([cluster]) rather than of the timing profile
+CLUSTER_PARAMS = ("transfer_gbps", "transfer_latency_ms", "nixl_post_us")
 
 # the figures a fit can match: (the LoadPoint's latency dict or attribute, its statistic)
 FIGURES = {
@@ -154,11 +162,28 @@ def _params(fit: object, grid: GridConfig) -> tuple[FitParam, ...]:
             raise ConfigError(key, f"must be [low, high] with 0 <= low < high, got {bounds!r}")
         if name.endswith("_scale") and profile.kind == "aic":
             raise ConfigError(key, "a timing table (kind aic) takes no scale here; fit its host times")
+        if name in CLUSTER_PARAMS:
+            _check_cluster_param(key, name, bounds, grid)
         lo, hi = float(bounds[0]), float(bounds[1])
-        own = 1.0 if name.endswith("_scale") else float(getattr(profile, name))
+        holder = grid.cluster if name in CLUSTER_PARAMS else profile
+        own = 1.0 if name.endswith("_scale") else float(getattr(holder, name))
         start = own if lo <= own <= hi else (lo + hi) / 2
         out.append(FitParam(name, lo, hi, start))
     return tuple(out)
+
+
+def _check_cluster_param(key: str, name: str, bounds: list, grid: GridConfig) -> None:
+    """A transfer's or handover's parameter only where the deployment has that transfer or handover."""
+    c = grid.cluster
+    if c.flow != "prefill_first":
+        raise ConfigError(key, f"a disaggregated (prefill_first) deployment's; this one's flow is {c.flow}")
+    if name.startswith("transfer_") and not c.kv_bytes_per_token > 0:
+        raise ConfigError(key, "transfers move kv_bytes_per_token per prompt token: give [cluster] kv_bytes_per_token")
+    if name == "transfer_gbps" and not bounds[0] > 0:
+        raise ConfigError(key, f"a bandwidth's low must be > 0, got {bounds!r}")
+    if name == "nixl_post_us" and not (c.handover == "vllm" and c.nixl_descriptors_per_block > 0):
+        why = 'vLLM\'s handover posts descriptors: give [cluster] handover = "vllm" and nixl_descriptors_per_block'
+        raise ConfigError(key, why)
 
 
 def _figures(figures: object, points: list[LoadPoint]) -> tuple[str, ...]:

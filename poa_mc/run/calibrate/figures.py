@@ -22,8 +22,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_cluster import ClusterSpec
 from poa_mc.model.spec_profile import ProfileSpec
-from poa_mc.run.calibrate.deployment import FIGURES, Deployment
+from poa_mc.run.calibrate.deployment import CLUSTER_PARAMS, FIGURES, Deployment
 from poa_mc.stats.cell_stats import request_rate
 
 _PREFILL = ("p0", "p1", "p2", "prefill_ms")
@@ -31,9 +33,12 @@ _DECODE = ("d0", "d1", "d2", "d_min", "decode_ms")
 
 
 def apply(profile: ProfileSpec, values: dict[str, float]) -> ProfileSpec:
-    """`profile` with the fitted parameters' values (poa_mc.run.calibrate.deployment.PARAMS)."""
+    """`profile` with the fitted parameters' values (poa_mc.run.calibrate.deployment.PARAMS; the
+    cluster's are left to `apply_cluster`)."""
     changes: dict[str, float] = {}
     for name, v in values.items():
+        if name in CLUSTER_PARAMS:
+            continue
         if name == "prefill_scale":
             changes.update({k: getattr(profile, k) * v for k in _PREFILL})
         elif name == "decode_scale":
@@ -41,6 +46,16 @@ def apply(profile: ProfileSpec, values: dict[str, float]) -> ProfileSpec:
         else:
             changes[name] = v
     return dataclasses.replace(profile, **changes)
+
+
+def apply_cluster(cluster: ClusterSpec, values: dict[str, float]) -> ClusterSpec:
+    """`cluster` with the fitted transfer and handover parameters' values."""
+    return dataclasses.replace(cluster, **{k: v for k, v in values.items() if k in CLUSTER_PARAMS})
+
+
+def apply_spec(spec: CellSpec, values: dict[str, float]) -> CellSpec:
+    """A cell with the fitted parameters' values, on its profile and its cluster."""
+    return dataclasses.replace(spec, profile=apply(spec.profile, values), cluster=apply_cluster(spec.cluster, values))
 
 
 def cell_figures(res, figures: Sequence[str], open_loop: bool = False) -> list[float]:
@@ -99,7 +114,7 @@ def simulate_figures(
     out = np.empty((len(points), len(dep.figures)))
     for k, i in enumerate(points):
         cell = cells[i]
-        spec = dataclasses.replace(cell.spec, profile=apply(cell.spec.profile, values))
+        spec = apply_spec(cell.spec, values)
         res = simulate(
             spec,
             replicas=1 if benchmark else r.replicas,

@@ -6,10 +6,13 @@ alike, and over- and under-shooting by the same factor cost the same.
 
 Optimiser: scipy.optimize.least_squares (trust-region reflective, bounded), a well-kept solver of
 exactly this problem (a sum of squared residuals under box bounds); each parameter is mapped to
-[0, 1] over its bounds. The Jacobian is taken by forward differences of STEP (10%) of each
-parameter's range, not of the float epsilon: the simulated figures, under common random numbers,
-are smooth at that scale but step where an event's order flips; at 3% the search stopped on
-those steps (four starts, four answers, bench/NOTES.md).
+[0, 1] over its bounds, a bandwidth through its reciprocal (a transfer's time per byte, which the
+figures follow linearly; on the bandwidth itself, a step of a tenth of [5, 80] GB/s moves a 20 GB/s
+transfer's time by over a quarter, and the fit of tests/test_calibrate.py's transfer stopped at
+24.4 GB/s, its interval [21.9, 29.9] missing the truth). The Jacobian is taken by forward
+differences of STEP (10%) of each parameter's range, not of the float epsilon: the simulated
+figures, under common random numbers, are smooth at that scale but step where an event's order
+flips; at 3% the search stopped on those steps (four starts, four answers, bench/NOTES.md).
 
 Intervals: a parametric bootstrap (95%, percentile). The fitted deployment is simulated afresh
 BOOTSTRAP times as a benchmark runs (one run of each point's measured request count, a new seed):
@@ -34,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import optimize
 
-from poa_mc.run.calibrate.deployment import Deployment
+from poa_mc.run.calibrate.deployment import RECIPROCAL, Deployment
 from poa_mc.run.calibrate.figures import simulate_figures
 
 STEP = 0.1  # the Jacobian's difference step, in units of each parameter's range
@@ -82,15 +85,13 @@ def fit(
     points = tuple(range(len(dep.points))) if points is None else points
     target = np.array(dep.measured(), dtype=float) if measured is None else np.asarray(measured, dtype=float)
     target = target[list(points)]
-    lo = np.array([p.lo for p in dep.params])
-    hi = np.array([p.hi for p in dep.params])
-    span = hi - lo
+    to_x, to_u = _mapping(dep)
     names = tuple(p.name for p in dep.params)
     x0 = np.array([(start or {}).get(p.name, p.start) for p in dep.params])
     seen: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def values(u: np.ndarray) -> dict[str, float]:
-        return dict(zip(names, (float(v) for v in lo + np.clip(u, 0.0, 1.0) * span)))
+        return dict(zip(names, (float(v) for v in to_x(u))))
 
     def evaluate(u: np.ndarray) -> np.ndarray:
         key = tuple(np.round(u, 12))
@@ -109,13 +110,13 @@ def fit(
             cols.append((evaluate(v) - f0) / step)
         return np.stack(cols, axis=1)
 
-    u0 = np.clip((x0 - lo) / span, 0.0, 1.0)
+    u0 = np.clip(to_u(x0), 0.0, 1.0)
     res = optimize.least_squares(
         evaluate, u0, jac=jacobian, bounds=(0.0, 1.0), method="trf", xtol=1e-6, ftol=1e-8, gtol=1e-8,
         max_nfev=MAX_EVALUATIONS,
     )  # fmt: skip
     u = np.clip(res.x, 0.0, 1.0)
-    x = lo + u * span
+    x = to_x(u)
     r = evaluate(u)
     found = Fit(
         names=names,
@@ -134,6 +135,25 @@ def fit(
     draws, synthetic = refits(dep, found, simulate, bootstrap)
     lo_b, hi_b = np.quantile(draws, [0.025, 0.975], axis=0)
     return replace(found, lo=lo_b, hi=hi_b, noise=np.std(synthetic, axis=0) / np.mean(synthetic, axis=0))
+
+
+def _mapping(dep: Deployment) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """The search's [0, 1] coordinates -> the parameters' values, and back: linear over the bounds,
+    or linear in the reciprocal (RECIPROCAL; u = 0 at the high bound)."""
+    rec = np.array([p.name in RECIPROCAL for p in dep.params])
+    lo = np.array([1.0 / p.hi if r else p.lo for p, r in zip(dep.params, rec)])
+    hi = np.array([1.0 / p.lo if r else p.hi for p, r in zip(dep.params, rec)])
+
+    def flip(v: np.ndarray) -> np.ndarray:  # only the reciprocal ones, whose values are > 0
+        return np.where(rec, np.divide(1.0, v, out=np.ones_like(v, dtype=float), where=rec), v)
+
+    def to_x(u: np.ndarray) -> np.ndarray:
+        return flip(lo + np.clip(u, 0.0, 1.0) * (hi - lo))
+
+    def to_u(x: np.ndarray) -> np.ndarray:
+        return (flip(np.asarray(x, dtype=float)) - lo) / (hi - lo)
+
+    return to_x, to_u
 
 
 def refits(dep: Deployment, found: Fit, simulate: Callable, n: int) -> tuple[np.ndarray, np.ndarray]:

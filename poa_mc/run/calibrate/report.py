@@ -15,7 +15,7 @@ import polars as pl
 
 from poa_mc.io.files import atomic_write_bytes, atomic_write_json, atomic_write_parquet
 from poa_mc.model.spec_profile import ProfileSpec
-from poa_mc.run.calibrate.deployment import PARAMS, Deployment
+from poa_mc.run.calibrate.deployment import CLUSTER_PARAMS, PARAMS, Deployment
 from poa_mc.run.calibrate.figures import apply
 from poa_mc.run.calibrate.fit import BOOTSTRAP, Fit, fit, held_out
 
@@ -91,8 +91,10 @@ def summary(dep: Deployment, cal: Calibration) -> dict:
     return out
 
 
-def profile_toml(profile: ProfileSpec, dep: Deployment) -> str:
-    """The calibrated profile as a [profile] table of docs/grid.md."""
+def profile_toml(profile: ProfileSpec, dep: Deployment, values: dict[str, float] | None = None) -> str:
+    """The calibrated profile as a [profile] table of docs/grid.md; fitted transfer and handover
+    parameters (which belong to [cluster]) follow as comments to copy there."""
+    values = values or {}
     lines = [
         f"# calibrated by `poa-mc calibrate {dep.source.name}` from {len(dep.points)} load points;",
         "# paste into a grid file in place of its [profile] table",
@@ -109,6 +111,10 @@ def profile_toml(profile: ProfileSpec, dep: Deployment) -> str:
         keys = ("prefill_ms", "decode_ms")
     lines += [f"{k} = {getattr(profile, k)!r}" for k in keys]
     lines += [f"{k} = {getattr(profile, k)!r}" for k in ("prefill_host_pass_ms", "prefill_host_request_ms")]
+    fitted = [k for k in CLUSTER_PARAMS if k in values]
+    if fitted:
+        lines += ["", "# and in its [cluster] table:"]
+        lines += [f"# {k} = {values[k]!r}" for k in fitted]
     return "\n".join(lines) + "\n"
 
 
@@ -120,7 +126,7 @@ def write(dep: Deployment, cal: Calibration, out: Path) -> list[Path]:
     paths = [out / "calibration.json", out / "calibration.parquet", out / "profile.toml"]
     atomic_write_json(paths[0], summary(dep, cal))
     atomic_write_parquet(rows, paths[1])
-    atomic_write_bytes(paths[2], profile_toml(cal.profile(dep), dep).encode())
+    atomic_write_bytes(paths[2], profile_toml(cal.profile(dep), dep, cal.fit.as_dict()).encode())
     paths.append(plot_calibration(rows, out / "calibration.png"))
     return paths
 
