@@ -333,3 +333,38 @@ balance_rel_threshold = 1.0
         res = simulate(c.spec, replicas=2, requests=60, warmup=6, seed=4, stream=c.stream)
         ttft = np.asarray(res.samples["ttft_ms"])
         assert ttft.size == 2 * 60 and np.isfinite(ttft).all() and (ttft > 0).all(), c.label()
+
+
+def test_llmd_and_sglang_on_the_cuda_target_equal_the_cpu():
+    """Both policies compiled for the CUDA target (Numba's CUDA simulator) route as on the CPU:
+    one launch of their cells, each against the cell simulated alone on the CPU."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import numpy as np
+        from tests.test_cell_batch import MIXED, _grid, _packed, _settings
+        from poa_mc.engine import cell_batch
+        from poa_mc.engine.engine import simulate
+        text = MIXED.replace("rate = [2.0, 400.0]", "rate = [6.0]").replace("requests = 60", "requests = 16")
+        text = text.replace("warmup = 10", "warmup = 4").replace('kind = "kv"', 'kind = "llmd"')
+        text = text.replace('kind = "round_robin"', 'kind = "sglang"\\nbalance_abs_threshold = 1')
+        grid = _grid(text)
+        poa, slo = _settings(grid)
+        cells = [c for c in grid.cells() if c.spec.policy.kind in ("llmd", "sglang")]
+        packed = [_packed(grid, c, poa, slo) for c in cells]
+        got = cell_batch.simulate_cells(packed, replicas=2, backend="cuda")
+        r = grid.run
+        for cell, g in zip(cells, got):
+            want = simulate(cell.spec, replicas=2, requests=r.requests, warmup=r.warmup_for(cell.concurrency),
+                            seed=r.seed, stream=cell.stream)
+            for k in want.samples:
+                assert np.array_equal(g.samples[k], want.samples[k]), (cell.label(), k)
+        print("EQUAL", len(cells), g.device)
+    """)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "EQUAL 4 cuda simulator" in out.stdout, out.stdout
