@@ -11,6 +11,8 @@ from pathlib import Path
 
 import grimp
 
+from poa_mc.kernels.layout import POLICY_TABLE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -109,15 +111,16 @@ def test_a_policy_added_as_docs_architecture_says(tmp_path):
     layout = pkg / "kernels" / "layout.py"
     text = layout.read_text()
     assert '    ("hash", 8),' in text
+    toy_id = max(i for _, i in POLICY_TABLE) + 1  # the next free kernel id
     layout.write_text(
-        text.replace('    ("hash", 8),', '    ("hash", 8),\n    ("first", 9),  # a toy: the first candidate')
+        text.replace('    ("hash", 8),', f'    ("hash", 8),\n    ("first", {toy_id}),  # a toy: the first candidate')
     )
     router = pkg / "kernels" / "router.py"
     text = router.read_text()
     assert "        if policy == POL_KV:\n" in text and "    @jit\n    def choose(" in text
     text = text.replace(
         "        if policy == POL_KV:\n",
-        "        if policy == 9:\n            return first(lo)\n" + "        if policy == POL_KV:\n",
+        f"        if policy == {toy_id}:\n            return first(lo)\n" + "        if policy == POL_KV:\n",
     )
     text = text.replace(
         "    @jit\n    def choose(", "    @jit\n    def first(lo):\n        return lo\n\n    @jit\n    def choose("

@@ -503,3 +503,35 @@ def test_interconnects_by_name():
     with pytest.raises(ConfigError) as e:
         loads_grid(_KV_FROM.format(kv='transfer_gbps = "nvlink9"'))
     assert e.value.path == "cluster.transfer_gbps" and "nvlink4" in e.value.message
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("prefix_weight", "-1.0", "policy[2].prefix_weight: must be >= 0, got -1.0"),
+        ("queue_weight", '"high"', None),
+        ("cache_threshold", "1.5", "policy[2].cache_threshold: must be within [0, 1], got 1.5"),
+        ("balance_abs_threshold", "-3", "policy[2].balance_abs_threshold: must be >= 0 requests, got -3"),
+        ("balance_rel_threshold", "0.5", "policy[2].balance_rel_threshold: must be >= 1, got 0.5"),
+    ],
+)
+def test_bad_llmd_and_sglang_keys_are_one_line_errors_naming_the_key(key, value, message):
+    kind = "llmd" if key.endswith("weight") else "sglang"
+    e = _err(SMALL + f'\n[[policy]]\nname = "other"\nkind = "{kind}"\n{key} = {value}\n')
+    assert e.path == f"policy[2].{key}" and "\n" not in str(e)
+    if message:
+        assert str(e) == message
+
+
+def test_llmd_and_sglang_defaults_are_their_projects_and_leave_cell_ids_alone():
+    """A policy that writes the new keys at their defaults is the same cell as one that does not."""
+    grid = loads_grid(
+        SMALL + '\n[[policy]]\nname = "llm-d"\nkind = "llmd"\n[[policy]]\nname = "sgl"\nkind = "sglang"\n'
+    )
+    llmd, sgl = grid.policies[2], grid.policies[3]
+    assert (llmd.prefix_weight, llmd.kv_util_weight, llmd.queue_weight) == (3.0, 2.0, 2.0)
+    assert (sgl.cache_threshold, sgl.balance_abs_threshold, sgl.balance_rel_threshold) == (0.3, 64, 1.5)
+    written = SMALL.replace('kind = "kv"', 'kind = "kv"\nprefix_weight = 3.0\ncache_threshold = 0.3')
+    assert [c.cell_id for c in loads_grid(written).cells()] == [c.cell_id for c in loads_grid(SMALL).cells()]
+    changed = SMALL.replace('kind = "kv"', 'kind = "kv"\ncache_threshold = 0.5')
+    assert [c.cell_id for c in loads_grid(changed).cells()] != [c.cell_id for c in loads_grid(SMALL).cells()]

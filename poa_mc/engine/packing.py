@@ -178,6 +178,12 @@ def pack_params(
     per_req = 8 + (osl_max if naive_decode else 0)
     ip[L.P_MAXEVENTS] = per_req * (requests + warmup + slots) * 4 + 1_000_000
     fp[L.F_OMEGA] = pol.overlap_weight
+    fp[L.F_LLMD_WP] = pol.prefix_weight
+    fp[L.F_LLMD_WK] = pol.kv_util_weight
+    fp[L.F_LLMD_WQ] = pol.queue_weight
+    fp[L.F_SGL_CACHE] = pol.cache_threshold
+    fp[L.F_SGL_ABS] = pol.balance_abs_threshold
+    fp[L.F_SGL_REL] = pol.balance_rel_threshold
     fp[L.F_TAU] = pol.temperature
     fp[L.F_THINK] = w.think_ms
     fp[L.F_RATE] = w.rate_rps / 1000.0

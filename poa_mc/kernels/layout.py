@@ -207,6 +207,8 @@ POLICY_TABLE = (
     ("oracle", 6),  # prefill_first: least predicted TTFT from the true state (placement.py: oracle_*)
     ("batch", 7),  # prefill_first: decode decisions held and assigned jointly (batch.py)
     ("hash", 8),  # each prefix group has one owner worker, by rendezvous hashing (router.py: hash_owner)
+    ("llmd", 9),  # llm-d's endpoint picker: weighted prefix, KV-utilisation and queue scores, the max (router.py: llmd)
+    ("sglang", 10),  # SGLang's cache-aware router: shortest queue when imbalanced, else prefix or free cache
 )
 POLICY_ID = dict(POLICY_TABLE)
 POL_KV = POLICY_ID["kv"]
@@ -218,6 +220,8 @@ POL_PULL = POLICY_ID["pull"]
 POL_ORACLE = POLICY_ID["oracle"]
 POL_BATCH = POLICY_ID["batch"]
 POL_HASH = POLICY_ID["hash"]
+POL_LLMD = POLICY_ID["llmd"]
+POL_SGLANG = POLICY_ID["sglang"]
 
 DIST_FIXED = 0
 DIST_UNIFORM = 1
@@ -303,7 +307,13 @@ F_NIXL_POST = 60  # HANDOVER_VLLM: ms of the decode worker's step to post the re
 F_NIC_GBPS = 61  # P_LINKS: a node's network link, GB/s (1e6 bytes per ms), shared by the transfers leaving it
 F_KV_BYTES = 62  # P_LINKS: KV bytes per prompt token (what a transfer across nodes moves)
 F_PTOK = 63  # the shared prefix's cap, tokens: prefix_tokens (F_RATIO = 1 then), or 1e300 (no cap: F_RATIO)
-NF_P = 64
+F_LLMD_WP = 64  # llmd: weight of the prefix-cache score
+F_LLMD_WK = 65  # llmd: weight of the KV-cache-utilisation score
+F_LLMD_WQ = 66  # llmd: weight of the queue score
+F_SGL_CACHE = 67  # sglang: prefix match rate above which the best-matching worker is chosen
+F_SGL_ABS = 68  # sglang: load imbalance threshold, absolute (requests)
+F_SGL_REL = 69  # sglang: load imbalance threshold, relative (max load over min load)
+NF_P = 70
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only

@@ -231,7 +231,7 @@ def build(jit, rng, cache, router, controller, timing, queues, blocks, decode, j
             pfx_seen = np.int64(0) if prefill_first and ip[P_PSHARE] == 1 else pfx
             w = router_choose(
                 pol, wk_i, pc, rep_i, r, key, lo, k, g, pfx_seen, isl, pblk, bs, rep_f[r, RF_OMEGA],
-                rep_f[r, RF_TAU], ip[P_D], by_tokens,
+                rep_f[r, RF_TAU], ip[P_D], by_tokens, ip, fp,
             )  # fmt: skip
         # the router books what it believes; workers compute against what they really hold
         seen = cache_seen_overlap(pc, r, cache_row(ip, w), g, pfx)

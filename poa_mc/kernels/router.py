@@ -19,6 +19,9 @@ Random draws use the replica key with a = the decision's index and b >= 100, a s
 no request attribute uses; the hash policy's owner draws use a = the prefix group and b >= 2^40.
 `cw` is the worker whose cache a candidate reads (itself, or worker 0 for a shared prefill cache).
 With lower KV tiers, ov_w is the credited overlap (`overlap`), a fraction of a block per lower-tier hit.
+The llmd and sglang policies (other routers' rules, docs/engine.md "Other routers") read the same
+state: the prefix the router has been told w caches (G1 only), and w's real queue, running set and
+KV blocks, which those routers learn from the engines' metrics or their own request counts.
 """
 
 import math
@@ -27,12 +30,24 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    F_LLMD_WK,
+    F_LLMD_WP,
+    F_LLMD_WQ,
+    F_SGL_ABS,
+    F_SGL_CACHE,
+    F_SGL_REL,
     NWI,
+    P_DKV,
+    P_NP,
+    P_PKV,
+    P_PSHARE,
     POL_HASH,
     POL_KV,
+    POL_LLMD,
     POL_POWER_OF_D,
     POL_RANDOM,
     POL_ROUND_ROBIN,
+    POL_SGLANG,
     RI_DECIDE,
     RI_RR,
     RI_RRD,
@@ -40,11 +55,17 @@ from .layout import (
     WI_AB,
     WI_APT,
     WI_CR1,
+    WI_FREE,
+    WI_NRUN,
+    WI_PASS_K,
+    WI_QN,
     WI_RG,
+    WI_USED,
 )
 
 _B0 = 100
 _HASH_B0 = 1 << 40
+LLMD_MAX_PREFIX_BLOCKS = 256  # llm-d's prefix scorer matches at most this many blocks of a prompt
 
 
 def build(jit, rng, cache, tiers, jit_inline=None):
@@ -245,14 +266,131 @@ def build(jit, rng, cache, tiers, jit_inline=None):
             best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
         return best
 
+    @jit_inline
+    def keep_least_at(key, dec, b, w, v, best, best_v, ties):
+        """keep_least with its tie-break drawn from sub-stream b (a decision's second argmin draws
+        apart from its first)."""
+        if best < 0 or v < best_v:
+            return w, v, 1
+        if v == best_v:
+            ties += 1
+            if uniform(key, dec, b) * ties < 1.0:
+                return w, best_v, ties
+        return best, best_v, ties
+
     @jit
-    def choose(policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega, tau, d, by_tokens):
+    def cache_of(ip, w):
+        """The worker whose cache counters and prefix rows w uses (worker 0's for a shared prefill
+        cache, P_PSHARE)."""
+        if ip[P_PSHARE] == 1 and w < ip[P_NP]:
+            return np.int64(0)
+        return np.int64(w)
+
+    @jit
+    def waiting_of(wk_i, r, w):
+        """Requests waiting on worker w, in no pass yet (vLLM's num_requests_waiting): a prefill
+        worker's queue past the requests of its current pass, a decode worker's queue."""
+        return np.int64(wk_i[r, w, WI_QN]) - np.int64(wk_i[r, w, WI_PASS_K])
+
+    @jit
+    def kv_usage(ip, wk_i, r, w):
+        """The fraction of worker w's KV blocks held by requests (vLLM's kv_cache_usage_perc:
+        cached blocks no request holds count as free, they are evictable)."""
+        cw = cache_of(ip, w)
+        cap = ip[P_PKV] if w < ip[P_NP] else ip[P_DKV]
+        if cap <= 0:
+            return 0.0
+        return (np.int64(wk_i[r, cw, WI_USED]) - np.int64(wk_i[r, cw, WI_FREE])) / np.float64(cap)
+
+    @jit
+    def llmd_score(ip, fp, wk_i, pc, r, w, g, pfx, isl, bs, qmin, qmax):
+        """llm-d's weighted score of worker w (docs/sources.md, "llm-d's endpoint picker"), each
+        scorer in [0, 1]: prefix blocks matched over the prompt's whole blocks (at most 256),
+        1 - KV usage, and the waiting queue min-max normalised over the candidates (1 when all
+        are equal). qmin, qmax: the candidates' fewest and most waiting requests."""
+        total = min(isl // bs, np.int64(LLMD_MAX_PREFIX_BLOCKS))
+        prefix = 0.0
+        if total > 0:
+            prefix = min(seen_overlap(pc, r, cache_of(ip, w), g, pfx), total) / np.float64(total)
+        queue = 1.0
+        if qmax > qmin:
+            queue = (qmax - waiting_of(wk_i, r, w)) / np.float64(qmax - qmin)
+        kv_free = min(max(1.0 - kv_usage(ip, wk_i, r, w), 0.0), 1.0)  # llm-d clamps every score to [0, 1]
+        return fp[F_LLMD_WP] * prefix + fp[F_LLMD_WK] * kv_free + fp[F_LLMD_WQ] * queue
+
+    @jit
+    def llmd(ip, fp, wk_i, pc, r, key, dec, lo, k, g, pfx, isl, bs):
+        """llm-d's scheduling profile with its max-score picker: the weighted sum of the scorers,
+        the highest score, ties at random."""
+        qmin = waiting_of(wk_i, r, lo)
+        qmax = qmin
+        for w in range(lo + 1, lo + k):
+            q = waiting_of(wk_i, r, w)
+            qmin = min(qmin, q)
+            qmax = max(qmax, q)
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for i in range(k):
+            v = -llmd_score(ip, fp, wk_i, pc, r, lo + i, g, pfx, isl, bs, qmin, qmax)
+            best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
+        return best
+
+    @jit
+    def sglang_load(wk_i, r, w):
+        """SGLang's worker load, the router's requests in flight there: w's queued and running
+        requests."""
+        return np.int64(wk_i[r, w, WI_QN]) + np.int64(wk_i[r, w, WI_NRUN])
+
+    @jit
+    def sglang(ip, fp, wk_i, pc, r, key, dec, lo, k, g, pfx, isl, bs):
+        """SGLang's cache-aware policy (docs/sources.md, "SGLang's cache-aware router"): when the
+        loads are imbalanced (max - min > the absolute threshold and max > min times the relative
+        one) the least loaded worker, the first of equals as Rust's min_by_key; else the worker with
+        the longest prefix match if its match rate (matched over prompt tokens) is above
+        cache_threshold, else the one whose cache holds the fewest blocks (its smallest tree), ties
+        at random."""
+        lmin = sglang_load(wk_i, r, lo)
+        lmax = lmin
+        least = lo
+        for w in range(lo + 1, lo + k):
+            v = sglang_load(wk_i, r, w)
+            if v < lmin:
+                lmin = v
+                least = w
+            lmax = max(lmax, v)
+        if lmax - lmin > fp[F_SGL_ABS] and lmax > lmin * fp[F_SGL_REL]:
+            return least
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for i in range(k):
+            v = -np.float64(seen_overlap(pc, r, cache_of(ip, lo + i), g, pfx))
+            best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
+        if -best_v * bs / np.float64(isl) > fp[F_SGL_CACHE]:
+            return best
+        best = np.int64(-1)
+        best_v = 0.0
+        ties = np.int64(0)
+        for i in range(k):
+            v = np.float64(np.int64(wk_i[r, cache_of(ip, lo + i), WI_USED]))
+            best, best_v, ties = keep_least_at(key, dec, _B0 + 1 + 2 * k + i, lo + i, v, best, best_v, ties)
+        return best
+
+    @jit
+    def choose(policy, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega, tau, d, by_tokens, ip, fp):
         """The global index of the chosen worker. `by_tokens` picks the load that least_loaded and
-        power_of_d compare: queued prefill tokens (prefill workers) or active blocks (decode)."""
+        power_of_d compare: queued prefill tokens (prefill workers) or active blocks (decode).
+        ip, fp: the cell's parameters (the llmd and sglang policies read their settings and the
+        workers' KV capacity there)."""
         dec = rep_i[r, RI_DECIDE]
         rep_i[r, RI_DECIDE] = dec + 1
         if k == 1:
             return lo
+        if policy == POL_LLMD:
+            return llmd(ip, fp, wk_i, pc, r, key, dec, lo, k, g, pfx, isl, bs)
+        if policy == POL_SGLANG:
+            return sglang(ip, fp, wk_i, pc, r, key, dec, lo, k, g, pfx, isl, bs)
         if policy == POL_KV:
             return kv(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega, tau)
         if policy == POL_ROUND_ROBIN:
@@ -352,7 +490,11 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         decode workers' caches with that weight. (prefill.py spells these cases out on its hot
         path; this is the one place that says what the choice is.)"""
         if omega_d > 0.0:
-            return choose(POL_KV, wk_i, pc, rep_i, r, key, lo, k, g, pfx, isl, pblk, bs, omega_d, tau, 0, 0)
+            dec = rep_i[r, RI_DECIDE]
+            rep_i[r, RI_DECIDE] = dec + 1
+            if k == 1:
+                return lo
+            return kv(wk_i, pc, r, key, dec, lo, k, g, pfx, isl, pblk, bs, omega_d, tau)
         if tau > 0.0:
             return sample_blocks(wk_i, pc, rep_i, r, key, lo, k, g, pfx, tau)
         return fewest_blocks(wk_i, rep_i, r, key, lo, k, g, pfx)
@@ -368,6 +510,10 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         kv_cost=kv_cost,
         hash_owner=hash_owner,
         choose=choose,
+        llmd_score=llmd_score,
+        kv_usage=kv_usage,
+        waiting_of=waiting_of,
+        sglang_load=sglang_load,
         fewest_blocks=fewest_blocks,
         round_robin_decode=round_robin_decode,
         tempered=tempered,

@@ -29,7 +29,7 @@ from poa_mc.model.sections import (
 from poa_mc.model.spec import CellSpec
 from poa_mc.model.spec_cluster import ClusterSpec, drop_tier_keys
 from poa_mc.model.spec_error import SpecError
-from poa_mc.model.spec_policy import PolicySpec
+from poa_mc.model.spec_policy import PolicySpec, drop_policy_defaults
 from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.model.spec_workload import WorkloadSpec, drop_workload_defaults
 
@@ -99,6 +99,8 @@ class GridConfig:
             d["profile"].pop("table")
             d["profile"].pop("table_sha")
         drop_tier_keys(d["cluster"], d["policies"])  # and a cluster without lower tiers
+        for p in d["policies"]:
+            drop_policy_defaults(p)  # and policies without the keys added later
         drop_workload_defaults(d["workload"])  # and a workload without the keys added later
         if self.workload.client is None:
             d["workload"].pop("client")  # and a grid without [client]
@@ -154,6 +156,7 @@ def cell_id(spec: CellSpec, stream: int) -> str:
         d["profile"].pop("table")
         d["profile"].pop("table_sha")
     drop_tier_keys(d["cluster"], [d["policy"]])  # clusters without lower tiers likewise
+    drop_policy_defaults(d["policy"])  # and policies without the keys added later
     drop_workload_defaults(d["workload"])
     if d["workload"]["client"] is None:
         d["workload"].pop("client")  # and workloads without a modelled client

@@ -11,7 +11,7 @@ import dataclasses
 
 from poa_mc.model.sections import ConfigError
 from poa_mc.model.spec_error import SpecError
-from poa_mc.model.spec_policy import REGIMES, TIER_CREDIT, ControllerSpec, PolicySpec
+from poa_mc.model.spec_policy import POLICY_LATER_DEFAULTS, REGIMES, TIER_CREDIT, ControllerSpec, PolicySpec
 from poa_mc.model.toml_fields import check_keys, read_fields, read_table
 
 _POLICY_FIELDS = {
@@ -25,6 +25,7 @@ _POLICY_FIELDS = {
     "batch_ms": (float, 5.0),
     "cache": (str, "per_worker"),
     "tier_credit": (list, list(TIER_CREDIT)),
+    **{k: (type(v), v) for k, v in POLICY_LATER_DEFAULTS.items()},
 }
 
 _CONTROLLER_FIELDS = {

@@ -18,6 +18,7 @@ import typing
 from typing import Any
 
 from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_policy import drop_policy_defaults
 from poa_mc.model.spec_workload import drop_workload_defaults
 
 INLINE_VALUES = 64  # an empirical list longer than this is stored as its count and digest
@@ -41,6 +42,7 @@ def spec_to_json(spec: CellSpec) -> str:
     """The stored form of a spec (sorted keys, long lists compacted)."""
     d = dataclasses.asdict(spec)
     drop_workload_defaults(d["workload"])  # a key at its later-added default: the stored form it had before
+    drop_policy_defaults(d["policy"])
     return json.dumps(compact(d), sort_keys=True)
 
 

@@ -19,6 +19,24 @@ BATCH_MAX = 64  # held decode decisions a batch router assigns at once (its kern
 REGIMES = ("below", "transition", "saturated")
 THRESHOLD_UNITS = ("ms", "baseline")
 TIER_CREDIT = (1.0, 0.75, 0.25, 0.1)  # Dynamo's credit for a G1..G4 hit (docs/tiers.md)
+# Keys of the llmd and sglang policies with their defaults: llm-d's default scheduling profile
+# (queue 2, KV-cache utilisation 2, prefix cache 3) and sgl-router's launch defaults (docs/sources.md).
+# A policy's id leaves them out at these values, so cells written before they existed keep theirs.
+POLICY_LATER_DEFAULTS = {
+    "prefix_weight": 3.0,
+    "kv_util_weight": 2.0,
+    "queue_weight": 2.0,
+    "cache_threshold": 0.3,
+    "balance_abs_threshold": 64,
+    "balance_rel_threshold": 1.5,
+}
+
+
+def drop_policy_defaults(policy: dict) -> None:
+    """Remove from a policy's dict the keys added later that are at their defaults."""
+    for k, default in POLICY_LATER_DEFAULTS.items():
+        if policy.get(k, default) == default:
+            policy.pop(k, None)
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,10 @@ class PolicySpec:
     assigns them jointly; `hash` sends each prefix group to its one owner worker (rendezvous
     hashing: no prefix is cached twice). `cache = "global"` makes the prefill workers of
     prefill_first share one LRU over their pooled blocks (the coordinated cache of the caching
-    game, docs/games.md) instead of each keeping its own."""
+    game, docs/games.md) instead of each keeping its own. `llmd` is llm-d's endpoint picker (the
+    weighted prefix, KV-utilisation and queue scores, the highest wins), `sglang` SGLang's
+    cache-aware router (shortest queue when imbalanced, else the best prefix match above
+    cache_threshold, else the emptiest cache); docs/engine.md, "Other routers"."""
 
     name: str = "dynamo-default"
     kind: str = "kv"
@@ -96,6 +117,14 @@ class PolicySpec:
     cache: str = "per_worker"
     # the kv router's credit for a cached block in G1, G2, G3, G4 (used only with lower tiers)
     tier_credit: tuple[float, ...] = TIER_CREDIT
+    # llmd: the scorers' weights
+    prefix_weight: float = 3.0
+    kv_util_weight: float = 2.0
+    queue_weight: float = 2.0
+    # sglang: the match rate for cache affinity, and the load imbalance thresholds
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
@@ -117,6 +146,15 @@ class PolicySpec:
                 raise SpecError(f"{path}.batch_ms", f"must be >= 0 ms, got {self.batch_ms}")
         if self.kind == "power_of_d" and self.d < 1:
             raise SpecError(f"{path}.d", f"must be >= 1, got {self.d}")
+        for key in ("prefix_weight", "kv_util_weight", "queue_weight"):
+            if not getattr(self, key) >= 0:
+                raise SpecError(f"{path}.{key}", f"must be >= 0, got {getattr(self, key)}")
+        if not 0 <= self.cache_threshold <= 1:
+            raise SpecError(f"{path}.cache_threshold", f"must be within [0, 1], got {self.cache_threshold}")
+        if self.balance_abs_threshold < 0:
+            raise SpecError(f"{path}.balance_abs_threshold", f"must be >= 0 requests, got {self.balance_abs_threshold}")
+        if not self.balance_rel_threshold >= 1:
+            raise SpecError(f"{path}.balance_rel_threshold", f"must be >= 1, got {self.balance_rel_threshold}")
         tc = self.tier_credit
         if len(tc) != 4 or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in tc):
             raise SpecError(f"{path}.tier_credit", f"must be 4 numbers within [0, 1] (G1..G4), got {list(tc)}")
