@@ -120,8 +120,18 @@ def test_the_validation_interval_covers_the_true_gain_at_its_nominal_rate(tmp_pa
     assert 0.90 * n <= hits <= n, hits  # 95% nominal: 200 draws fall below 90% with probability < 0.3%
 
 
-def test_a_bad_tune_table_names_its_key(tmp_path):
+def each_names_its_key(tmp_path, cases: dict[str, str]) -> None:
+    """Each bad grid (key named -> text) is a one-line error naming the key, exit code 2, nothing written."""
     p = tmp_path / "grid.toml"
+    for want, bad in cases.items():
+        p.write_text(bad)
+        r = CliRunner().invoke(main, ["tune", str(p), "--out", str(tmp_path / "out")])
+        assert r.exit_code == 2, r.output
+        assert len(r.output.strip().splitlines()) == 1 and want in r.output, (want, r.output)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_tune_table_names_its_key(tmp_path):
     text = GRID.format(seed=1, objective="ttft_mean", candidates=4, validate=8)
     cases = {
         "tune.space.omega": text.replace("overlap_weight = [0.0, 2.0]", "omega = [0.0, 2.0]"),
@@ -130,12 +140,7 @@ def test_a_bad_tune_table_names_its_key(tmp_path):
         "tune.policy": text.replace('policy = "greedy"', 'policy = "rr"'),
         "tune.candidates": text.replace("candidates = 4", "candidates = 1"),
     }
-    for want, bad in cases.items():
-        p.write_text(bad)
-        r = CliRunner().invoke(main, ["tune", str(p), "--out", str(tmp_path / "out")])
-        assert r.exit_code == 2, r.output
-        assert len(r.output.strip().splitlines()) == 1 and want in r.output, (want, r.output)
-    assert not (tmp_path / "out").exists()
+    each_names_its_key(tmp_path, cases)
 
 
 def test_the_command_runs_the_engine_and_writes_its_files(tmp_path):
@@ -277,7 +282,6 @@ def test_a_controllers_mean_gain_covers_the_truth_at_its_nominal_rate(tmp_path):
 
 
 def test_a_bad_controller_space_names_its_key(tmp_path):
-    p = tmp_path / "ctl.toml"
     text = CONTROLLER_GRID.format(seed=1, candidates=4, validate=8)
     cases = {
         "tune.space.overlap_weight": text.replace("below_overlap_weight = [0.0, 2.0]", "overlap_weight = [0.0, 2.0]"),
@@ -285,12 +289,7 @@ def test_a_bad_controller_space_names_its_key(tmp_path):
         "tune.compare[0]": text.replace('compare = ["static"]', 'compare = ["nope"]'),
         "tune.compare": text.replace('compare = ["static"]', 'compare = "static"'),
     }
-    for want, bad in cases.items():
-        p.write_text(bad)
-        r = CliRunner().invoke(main, ["tune", str(p), "--out", str(tmp_path / "out")])
-        assert r.exit_code == 2, r.output
-        assert len(r.output.strip().splitlines()) == 1 and want in r.output, (want, r.output)
-    assert not (tmp_path / "out").exists()
+    each_names_its_key(tmp_path, cases)
 
 
 def test_a_tuned_controller_table_is_grid_toml(tmp_path):
