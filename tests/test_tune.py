@@ -389,3 +389,46 @@ def test_the_example_tunes_load():
     joint = {n for n, s in found.items() if s.joint}
     assert joint == {"tune-controller-paper-70b-1p5d.toml", "tune-controller-paper-340b-1p2d.toml"}
     assert all(s.compare for n, s in found.items() if n != "tune.toml")
+
+
+def test_the_other_routers_settings_are_searched(tmp_path):
+    """An sglang policy's thresholds (the integer one rounded) and an llmd policy's weights: the
+    search finds the candidate nearest a known optimum; a bound outside a setting's range is named."""
+    p = tmp_path / "grid.toml"
+    sgl = (
+        GRID.format(seed=1, objective="ttft_mean", candidates=32, validate=16)
+        .replace('name = "greedy"\nkind = "kv"', 'name = "greedy"\nkind = "sglang"')
+        .replace(
+            "overlap_weight = [0.0, 2.0], temperature = [0.0, 1.0]",
+            "cache_threshold = [0.0, 1.0], balance_abs_threshold = [0, 128], balance_rel_threshold = [1.0, 3.0]",
+        )
+    )
+    p.write_text(sgl)
+    spec = load_tune(p)
+
+    def truth(pol) -> float:
+        if pol.kind != "sglang":
+            return 200.0
+        assert isinstance(pol.balance_abs_threshold, int)
+        return 100.0 * (1 + (pol.cache_threshold - 0.6) ** 2 + ((pol.balance_abs_threshold - 16) / 64) ** 2)
+
+    (cell,) = spec.grid.cells()
+    got = search.tune_point(spec, cell, fake_engine(truth, noise=0.05))
+    cands = search.candidates(spec)
+    assert cands[0] == {"cache_threshold": 0.3, "balance_abs_threshold": 64.0, "balance_rel_threshold": 1.5}
+    assert all(c["balance_abs_threshold"] == int(c["balance_abs_threshold"]) for c in cands)
+    assert got.best == cands[int(np.argmin([truth(search.apply(spec.policy, c)) for c in cands]))]
+    llmd = sgl.replace('kind = "sglang"', 'kind = "llmd"').replace(
+        "cache_threshold = [0.0, 1.0], balance_abs_threshold = [0, 128], balance_rel_threshold = [1.0, 3.0]",
+        "prefix_weight = [0.0, 5.0], queue_weight = [0.0, 5.0]",
+    )
+    p.write_text(llmd)
+    assert load_tune(p).space == {"prefix_weight": (0.0, 5.0), "queue_weight": (0.0, 5.0)}
+    each_names_its_key(
+        tmp_path,
+        {
+            "tune.space.cache_threshold": sgl.replace("cache_threshold = [0.0, 1.0]", "cache_threshold = [0.0, 2.0]"),
+            "tune.space.balance_rel_threshold": sgl.replace("[1.0, 3.0]", "[0.5, 3.0]"),
+            "tune.space.overlap_weight": llmd.replace("prefix_weight = [0.0, 5.0]", "overlap_weight = [0.0, 5.0]"),
+        },
+    )

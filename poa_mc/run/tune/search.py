@@ -111,7 +111,7 @@ def candidates(spec: TuneSpec) -> list[dict[str, float]]:
     # the first candidates - 1 of the smallest power-of-two set (Sobol's balance is over those)
     m = max(0, math.ceil(math.log2(spec.candidates - 1))) if spec.candidates > 1 else 0
     pts = qmc.scale(sobol.random_base2(m)[: spec.candidates - 1], lo, hi)
-    return [own] + [ordered(dict(zip(spec.space, (float(v) for v in p)))) for p in pts]
+    return [own] + [ordered(dict(zip(spec.space, (float(v) for v in p))), spec.policy) for p in pts]
 
 
 def replica_objective(res, objective: str, slo) -> np.ndarray:

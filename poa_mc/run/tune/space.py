@@ -1,7 +1,7 @@
 """The [tune] table of a grid file: which policy's settings to search, over what, for what.
 
     [tune]
-    policy = "dynamo-default"            # a [[policy]] of kind kv or adaptive: its settings are searched
+    policy = "dynamo-default"            # a [[policy]] of kind kv, llmd, sglang or adaptive: its settings are searched
     objective = "ttft_p99"               # ttft_mean | ttft_p99 | e2e_mean | goodput ([slo] needed)
     space = { overlap_weight = [0.0, 2.0], temperature = [0.0, 1.0] }
     candidates = 16                      # settings raced (the policy's own among them)
@@ -9,7 +9,7 @@
     validate_replicas = 64               # the winner against the policy's own settings, fresh seeds
     compare = ["adaptive"]               # other [[policy]] tables the winner is validated against
 
-A kv policy's static settings are searched per load point. An adaptive policy's [controller]
+A kv, llmd or sglang policy's static settings are searched per load point. An adaptive policy's [controller]
 (its thresholds and its regimes' rows) is one table for every load, so it is searched across the
 grid's load points jointly. The grid's other policies are used only as `compare` baselines. Bad
 input raises ConfigError naming the key.
@@ -24,14 +24,28 @@ from pathlib import Path
 from poa_mc.model.config import parse_grid, read_with_table
 from poa_mc.model.grid import GridConfig
 from poa_mc.model.sections import ConfigError
+from poa_mc.model.spec_error import SpecError
 from poa_mc.model.spec_policy import REGIMES, PolicySpec
 
-# a kv router's static settings (PolicySpec fields), each >= 0
-SETTINGS = {
-    "overlap_weight": "the kv router's weight on cached prefix blocks (omega)",
-    "temperature": "the kv router's softmax temperature over its costs (tau; 0: the cheapest)",
-    "decode_overlap_weight": "prefill_first's decode decision: its weight on the decode worker's cache",
+# a router's static settings (PolicySpec fields), by policy kind
+SETTINGS_BY_KIND = {
+    "kv": {
+        "overlap_weight": "the kv router's weight on cached prefix blocks (omega)",
+        "temperature": "the kv router's softmax temperature over its costs (tau; 0: the cheapest)",
+        "decode_overlap_weight": "prefill_first's decode decision: its weight on the decode worker's cache",
+    },
+    "llmd": {
+        "prefix_weight": "llm-d's weight on its prefix-cache score",
+        "kv_util_weight": "llm-d's weight on its KV-cache-utilisation score",
+        "queue_weight": "llm-d's weight on its queue score",
+    },
+    "sglang": {
+        "cache_threshold": "SGLang's prefix match rate above which the best match is chosen (<= 1)",
+        "balance_abs_threshold": "SGLang's load imbalance threshold in requests (rounded to an integer)",
+        "balance_rel_threshold": "SGLang's load imbalance threshold, max over min load (>= 1)",
+    },
 }
+SETTINGS = {k: v for table in SETTINGS_BY_KIND.values() for k, v in table.items()}
 # an adaptive policy's [controller] (ControllerSpec fields; a regime's row as <regime>_<setting>)
 CONTROLLER_SETTINGS = {
     "theta1": "the TTFT P99 (EWMA) from which the controller leaves the below-saturation regime",
@@ -85,8 +99,9 @@ def own_settings(policy: PolicySpec, names: list[str] | tuple[str, ...]) -> dict
 
 
 def apply(policy: PolicySpec, settings: dict[str, float]) -> PolicySpec:
-    """The policy with these settings (static ones on the policy, the others on its controller)."""
-    static = {k: v for k, v in settings.items() if k in SETTINGS}
+    """The policy with these settings (static ones on the policy, an integer one rounded, the
+    others on its controller)."""
+    static = {k: round(v) if isinstance(getattr(policy, k), int) else v for k, v in settings.items() if k in SETTINGS}
     c = policy.controller
     ctl = {k: v for k, v in settings.items() if k in ("theta1", "theta2")}
     rows = {"temperature": list(c.temperature), "overlap_weight": list(c.overlap_weight)}
@@ -99,9 +114,12 @@ def apply(policy: PolicySpec, settings: dict[str, float]) -> PolicySpec:
     return dataclasses.replace(policy, **static, controller=dataclasses.replace(c, **ctl, **rows))
 
 
-def ordered(settings: dict[str, float]) -> dict[str, float]:
-    """A candidate with theta1 < theta2: when both are searched and a point crosses them, the two
-    values are swapped (the pair is what the space samples)."""
+def ordered(settings: dict[str, float], policy: PolicySpec | None = None) -> dict[str, float]:
+    """A candidate as it is simulated: an integer setting rounded; theta1 < theta2 (when both are
+    searched and a point crosses them, the two values are swapped: the pair is what the space
+    samples)."""
+    if policy is not None:
+        settings = {k: float(round(v)) if isinstance(getattr(policy, k, None), int) else v for k, v in settings.items()}
     if "theta1" in settings and "theta2" in settings and settings["theta1"] > settings["theta2"]:
         settings = {**settings, "theta1": settings["theta2"], "theta2": settings["theta1"]}
     return settings
@@ -121,8 +139,9 @@ def load_tune(path: str | Path) -> TuneSpec:
     if name not in names:
         raise ConfigError("tune.policy", f"no [[policy]] named {name!r} (the grid has {', '.join(names)})")
     policy = next(p for p in grid.policies if p.name == name)
-    if policy.kind not in ("kv", "adaptive"):
-        raise ConfigError("tune.policy", f"{name!r} is a {policy.kind} policy; tune searches kv router settings")
+    if policy.kind not in (*SETTINGS_BY_KIND, "adaptive"):
+        kinds = ", ".join((*SETTINGS_BY_KIND, "adaptive"))
+        raise ConfigError("tune.policy", f"{name!r} is a {policy.kind} policy; tune searches the settings of {kinds}")
     objective = t.get("objective", "ttft_p99")
     if objective not in OBJECTIVES:
         raise ConfigError("tune.objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -141,7 +160,7 @@ def load_tune(path: str | Path) -> TuneSpec:
 
 
 def _space(space: object, policy: PolicySpec) -> dict[str, tuple[float, float]]:
-    allowed = CONTROLLER_SETTINGS if policy.kind == "adaptive" else SETTINGS
+    allowed = CONTROLLER_SETTINGS if policy.kind == "adaptive" else SETTINGS_BY_KIND[policy.kind]
     if not isinstance(space, dict) or not space:
         raise ConfigError("tune.space", f"a table of setting = [low, high]; settings: {', '.join(allowed)}")
     out = {}
@@ -159,6 +178,12 @@ def _space(space: object, policy: PolicySpec) -> dict[str, tuple[float, float]]:
             raise ConfigError(key, f"must be [low, high] with 0 <= low < high, got {bounds!r}")
         if name in ("theta1", "theta2") and not bounds[0] > 0:
             raise ConfigError(key, f"a threshold must be > 0: low must be > 0, got {bounds!r}")
+        if name in SETTINGS:  # both ends must make a valid policy
+            for b in bounds:
+                try:
+                    apply(policy, {name: float(b)}).validate("policy")
+                except SpecError as e:
+                    raise ConfigError(key, f"{bounds!r} reaches outside the setting's range: {e.message}") from None
         out[name] = (float(bounds[0]), float(bounds[1]))
     c = policy.controller
     # one threshold searched, the other fixed: every candidate must keep theta1 < theta2
