@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -432,3 +433,28 @@ def test_the_other_routers_settings_are_searched(tmp_path):
             "tune.space.overlap_weight": llmd.replace("prefix_weight = [0.0, 5.0]", "overlap_weight = [0.0, 5.0]"),
         },
     )
+
+
+def test_refinement_races_around_the_winner_and_gets_closer(tmp_path):
+    """A coarse race (8 candidates) lands away from the bowl's optimum (omega 0.7, tau 0.3); two
+    refinements around its winner, each in a box half as wide, end nearer it. The rungs go on
+    across the races, the winner on the last."""
+    plain = _spec(tmp_path, candidates=8)
+    (cell,) = plain.grid.cells()
+    engine = fake_engine(bowl, noise=0.01)
+    first = search.tune_point(plain, cell, engine)
+    more = dataclasses.replace(plain, refine=2)
+    got = search.tune_point(more, cell, engine)
+
+    def miss(s):
+        return math.hypot(s["overlap_weight"] - 0.7, s["temperature"] - 0.3)
+
+    assert miss(got.best) < miss(first.best) and bowl(search.apply(more.policy, got.best)) < bowl(
+        search.apply(plain.policy, first.best)
+    )
+    refined = search.refined(more, first.best, 1)
+    assert len(refined) == 7 and all(abs(r["overlap_weight"] - first.best["overlap_weight"]) <= 0.5 for r in refined)
+    rungs = [r.rung for r in got.rounds]
+    assert rungs == sorted(rungs) and max(rungs) == 3 * 3 + 2  # three races of 8: rungs 0-3, 4-7, 8-11
+    assert [r.candidate for r in got.rounds if r.rung == max(rungs)] == [got.rounds[-1].candidate]
+    assert first.rounds[0].settings == got.rounds[0].settings  # the first race is the same

@@ -13,26 +13,33 @@ import polars as pl
 from poa_mc.plots.style import _panels, _save
 
 
+def _last(d: pl.DataFrame) -> pl.DataFrame:
+    """Each candidate's last round at one point, with the number of rounds it ran (`rounds`: it
+    ran one more each time it survived, in each race it took part in)."""
+    rounds = d.group_by("candidate").len().rename({"len": "rounds"})
+    return d.sort("rung").group_by("candidate", maintain_order=True).last().join(rounds, on="candidate")
+
+
 def tune_figure(hist: pl.DataFrame, settings: list[str], objective: str):  # noqa: ANN201 - a matplotlib Figure
     points = hist.select("topology", "load").unique(maintain_order=True).rows()
     fig, axes = _panels(len(points), sharex=False)
     axis = hist["load_axis"][0]
     for ax, (topo, load) in zip(axes, points):
         d = hist.filter((pl.col("topology") == topo) & (pl.col("load") == load))
-        last = d.sort("rung").group_by("candidate", maintain_order=True).last()
+        last = _last(d)
         top = d["rung"].max()
         winner = last.filter(pl.col("rung") == top)
         own = last.filter(pl.col("candidate") == 0)
         if len(settings) >= 2:
             x, y = settings[0], settings[1]
-            sc = ax.scatter(last[x], last[y], c=last["objective"], s=20 + 25 * last["rung"], cmap="viridis_r")
+            sc = ax.scatter(last[x], last[y], c=last["objective"], s=20 + 25 * last["rounds"], cmap="viridis_r")
             fig.colorbar(sc, ax=ax, label=objective)
             ax.plot(winner[x], winner[y], "*", color="red", markersize=16, label="winner")
             ax.plot(own[x], own[y], "kx", markersize=11, mew=2, label="own settings")
             ax.set_ylabel(y)
         else:
             x = settings[0]
-            ax.scatter(last[x], last["objective"], s=20 + 25 * last["rung"], color="tab:blue")
+            ax.scatter(last[x], last["objective"], s=20 + 25 * last["rounds"], color="tab:blue")
             ax.plot(winner[x], winner["objective"], "*", color="red", markersize=16, label="winner")
             ax.plot(own[x], own["objective"], "kx", markersize=11, mew=2, label="own settings")
             ax.set_ylabel(objective)
@@ -48,12 +55,12 @@ def controller_figure(hist: pl.DataFrame, won: pl.DataFrame, settings: list[str]
     fig, (left, right) = _panels(2, sharex=False)
     first = hist.select("topology", "load").row(0)
     d = hist.filter((pl.col("topology") == first[0]) & (pl.col("load") == first[1]))  # scores are per candidate
-    last = d.sort("rung").group_by("candidate", maintain_order=True).last()
+    last = _last(d)
     winner = last.filter(pl.col("rung") == d["rung"].max())
     own = last.filter(pl.col("candidate") == 0)
     x, y = settings[0], settings[1] if len(settings) > 1 else "score"
     cmap = "viridis" if objective == "goodput" else "viridis_r"  # the better end yellow
-    sc = left.scatter(last[x], last[y], c=last["score"], s=20 + 25 * last["rung"], cmap=cmap)
+    sc = left.scatter(last[x], last[y], c=last["score"], s=20 + 25 * last["rounds"], cmap=cmap)
     fig.colorbar(sc, ax=left, label=f"score (relative {objective})")
     left.plot(winner[x], winner[y], "*", color="red", markersize=16, label="winner")
     left.plot(own[x], own[y], "kx", markersize=11, mew=2, label="own table")

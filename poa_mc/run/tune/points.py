@@ -38,6 +38,7 @@ def fingerprint(spec: TuneSpec) -> dict:
         "candidates": spec.candidates,
         "replicas": spec.replicas,
         "validate_replicas": spec.validate_replicas,
+        "refine": spec.refine,
         "compare": [dataclasses.asdict(p) for p in spec.compare],
         "run": dataclasses.asdict(spec.grid.run),
         "slo": dataclasses.asdict(spec.grid.slo),

@@ -5,7 +5,10 @@ Candidates are the policy's own settings and a scrambled Sobol sequence over the
 candidate on the same replicas (the same seed and stream: common random numbers, so candidates are
 compared on the same requests), keeps the better half by its score, and doubles the replicas; the
 first replicas of a round are the previous round's (a replica's requests depend only on its key),
-so each round refines the last. The search ends with one candidate.
+so each round refines the last. The search ends with one candidate. With `refine` = R, R more
+races follow, each among the last winner and candidates - 1 new Sobol points in a box around it
+of half, a quarter, ... of each setting's range; the rungs go on, so the last one's candidate is
+the winner.
 
 A kv policy's settings are raced at each load point on its own, scored by the point's objective.
 An adaptive policy's controller is one table for every load, so its candidates are raced over all
@@ -147,19 +150,57 @@ def _run(spec: TuneSpec, cell: Cell, policy: PolicySpec, simulate: Callable, rep
 
 
 def race(spec: TuneSpec, cells: list[Cell], simulate: Callable) -> tuple[list[dict[str, float]], int, list[Round]]:
-    """Successive halving over `cells` together: (the candidates, the winner's index, every round)."""
+    """Successive halving over `cells` together, then `spec.refine` races around the winner:
+    (every candidate, the winner's index, every round)."""
     cands = candidates(spec)
-    alive = list(range(len(cands)))
-    reps, seed, rung = spec.replicas, spec.grid.run.seed, 0
+    w, rounds, rung, scale = _halve(spec, cells, simulate, cands, list(range(len(cands))), 0, None)
+    for k in range(1, spec.refine + 1):
+        # the winner again (its replicas' figures are the same: common random numbers), and new
+        # candidates around it; the rungs go on, so the last rung's candidate is the winner
+        fresh = refined(spec, cands[w], k)
+        field = [w, *range(len(cands), len(cands) + len(fresh))]
+        cands += fresh
+        w, more, rung, _ = _halve(spec, cells, simulate, cands, field, rung + 1, scale)
+        rounds += more
+    return cands, w, rounds
+
+
+def refined(spec: TuneSpec, center: dict[str, float], k: int) -> list[dict[str, float]]:
+    """Refinement k's candidates - 1 new candidates: a scrambled Sobol sequence over a box around
+    `center` of 1 / 2^k of each setting's range (clipped to the space)."""
+    names = list(spec.space)
+    lo = np.array([b[0] for b in spec.space.values()])
+    hi = np.array([b[1] for b in spec.space.values()])
+    half = (hi - lo) / 2 ** (k + 1)
+    c = np.array([center[n] for n in names])
+    box_lo, box_hi = np.maximum(lo, c - half), np.minimum(hi, c + half)
+    sobol = qmc.Sobol(d=len(names), scramble=True, seed=spec.grid.run.seed + k)
+    m = max(0, math.ceil(math.log2(spec.candidates - 1))) if spec.candidates > 1 else 0
+    pts = box_lo + sobol.random_base2(m)[: spec.candidates - 1] * (box_hi - box_lo)
+    return [ordered(dict(zip(names, (float(v) for v in p))), spec.policy) for p in pts]
+
+
+def _halve(
+    spec: TuneSpec,
+    cells: list[Cell],
+    simulate: Callable,
+    cands: list[dict[str, float]],
+    alive: list[int],
+    rung: int,
+    scale: np.ndarray | None,
+) -> tuple[int, list[Round], int, np.ndarray | None]:
+    """One successive-halving race of the candidates `alive`: (its winner, its rounds, its last
+    rung, the joint score's scale: the first race's, kept for the refinements so that every score of
+    a search is on one scale)."""
+    reps, seed = spec.replicas, spec.grid.run.seed
     rounds: list[Round] = []
-    scale: np.ndarray | None = None
     while True:
         obj = {
             i: np.array([np.mean(_run(spec, c, apply(spec.policy, cands[i]), simulate, reps, seed)) for c in cells])
             for i in alive
         }
         if spec.joint:
-            if scale is None:  # fixed after the first round: every candidate is scored on the same scale
+            if scale is None:  # fixed after the first round of the first race: one scale for every score
                 scale = np.mean([obj[i] for i in alive], axis=0)
             score = {i: relative_mean(obj[i], scale) for i in alive}
         else:
@@ -168,7 +209,7 @@ def race(spec: TuneSpec, cells: list[Cell], simulate: Callable) -> tuple[list[di
             Round(p, i, cands[i], rung, reps, float(obj[i][p]), score[i]) for i in alive for p in range(len(cells))
         ]
         if len(alive) == 1:
-            return cands, alive[0], rounds
+            return alive[0], rounds, rung, scale
         order = sorted(alive, key=lambda i: -score[i] if spec.maximise else score[i])
         alive = order[: math.ceil(len(alive) / 2)]
         reps *= 2

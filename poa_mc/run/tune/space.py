@@ -8,6 +8,7 @@
     replicas = 4                         # replicas of each candidate in the first round
     validate_replicas = 64               # the winner against the policy's own settings, fresh seeds
     compare = ["adaptive"]               # other [[policy]] tables the winner is validated against
+    refine = 0                           # races around the winner after the first, each in a box half as wide
 
 A kv, llmd or sglang policy's static settings are searched per load point. An adaptive policy's [controller]
 (its thresholds and its regimes' rows) is one table for every load, so it is searched across the
@@ -58,7 +59,7 @@ CONTROLLER_SETTINGS = {
 }
 # objective -> True when larger is better
 OBJECTIVES = {"ttft_mean": False, "ttft_p99": False, "e2e_mean": False, "goodput": True}
-_KEYS = ("policy", "objective", "space", "candidates", "replicas", "validate_replicas", "compare")
+_KEYS = ("policy", "objective", "space", "candidates", "replicas", "validate_replicas", "compare", "refine")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TuneSpec:
     replicas: int
     validate_replicas: int
     compare: tuple[PolicySpec, ...] = ()
+    refine: int = 0  # races around the winner after the first
 
     @property
     def maximise(self) -> bool:
@@ -149,7 +151,8 @@ def load_tune(path: str | Path) -> TuneSpec:
         raise ConfigError("tune.objective", "goodput counts requests within [slo]: give the grid an [slo] table")
     space = _space(t.get("space"), policy)
     counts = {}
-    for key, default, least in (("candidates", 16, 2), ("replicas", 4, 2), ("validate_replicas", 64, 4)):
+    bounds = (("candidates", 16, 2), ("replicas", 4, 2), ("validate_replicas", 64, 4), ("refine", 0, 0))
+    for key, default, least in bounds:
         v = t.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < least:
             raise ConfigError(f"tune.{key}", f"must be an integer >= {least}, got {v!r}")
