@@ -366,12 +366,16 @@ def test_sigterm_keeps_the_finished_points_and_a_rerun_goes_on(tmp_path):
     cmd = [sys.executable, "-m", "poa_mc.cli.main", "tune", str(p), "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (out / "points").is_dir() or not any((out / "points").iterdir()):
+
+    def finished() -> list:  # a point's file once renamed into place (its temporary file is not one)
+        return list((out / "points").glob("*.json")) if (out / "points").is_dir() else []
+
+    while not finished():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    kept = len(list((out / "points").iterdir()))
+    kept = len(finished())
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert 1 <= kept < 6 and f"{kept} of 6 load points are tuned in {out}; go on with:" in err, err
     assert not (out / "tuned.parquet").exists()
