@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -204,7 +205,13 @@ def main() -> int:
     replicas = int(argv[0]) if argv else 256
     requests = int(argv[1]) if len(argv) > 1 else 300
     failed = 0
-    for name, spec, exact in wide_cases() if wide else cases():
+    todo = wide_cases() if wide else cases()
+    if wide:  # load schedules: their stages' request counts are the run's
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.every_path import schedule_cells
+
+        todo += [(f"path schedule {name}", spec, _exact(spec)) for name, spec in schedule_cells(requests)]
+    for name, spec, exact in todo:
         kw = dict(replicas=replicas, requests=requests, warmup=50, seed=2026, stream=1)
         a = simulate(spec, backend="cpu", **kw)
         b = simulate(spec, backend="cuda", **kw)

@@ -152,3 +152,39 @@ def deployment(folder: Path, fmt: str, figs: dict[int, dict[str, float]], *, rep
 
 def as_array(figs: dict[int, dict[str, float]], figures) -> np.ndarray:
     return np.array([[figs[c][f] for f in figures] for c in LOADS])
+
+
+STAGES = (24, 2, 8)  # a staged benchmark's concurrency, in the order its stages ran
+
+
+def _staged_grid(replicas: int, cluster: str = "") -> str:
+    text = GRID.format(replicas=replicas, requests=0, loads=list(STAGES), cluster=cluster)
+    text = text.replace("requests = 0\n", "")  # a [schedule] sets each stage's requests
+    return text
+
+
+def measured_stages(seed: int = 99, *, truth: dict = TRUTH) -> list[dict[str, float]]:
+    """Each stage's figures from one run of STAGES back to back at `truth` (BENCH_REQUESTS each):
+    a benchmark's staged sweep, caches and clients carried from stage to stage."""
+    text = _staged_grid(1) + f"\n[schedule]\nrequests = {[BENCH_REQUESTS] * len(STAGES)}\n"
+    cell = loads_grid(text).cells()[0]
+    res = simulate(apply_spec(cell.spec, truth), replicas=1, requests=BENCH_REQUESTS * len(STAGES), warmup=60,
+                   seed=seed, stream=cell.stream, record_candidates=False)  # fmt: skip
+    ends = (0, *cell.spec.workload.stage_ends())
+    return [dict(zip(FIGS, cell_figures(res, FIGS, stage=slice(a, b)))) for a, b in zip(ends, ends[1:])]
+
+
+def staged_deployment(folder: Path, figs: list[dict[str, float]], *, replicas: int = 4, fit: dict = FIT) -> Path:
+    """The deployment file of a staged benchmark, its stages as `vllm bench serve` files in run order."""
+    files = []
+    for k, (c, f) in enumerate(zip(STAGES, figs)):
+        sub = folder / f"stage{k}"
+        sub.mkdir(parents=True, exist_ok=True)
+        files.append(write_vllm(sub, c, f, BENCH_REQUESTS))
+    names = json.dumps([str(f.relative_to(folder)) for f in files])
+    fit_s = ", ".join(f"{k} = {v}" for k, v in fit.items())
+    text = _staged_grid(replicas)
+    text += f'\n[calibrate]\nmeasured = {names}\nfit = {{ {fit_s} }}\nreplay = "schedule"\nheld_out = false\n'
+    p = folder / "deployment.toml"
+    p.write_text(text)
+    return p

@@ -13,7 +13,7 @@ from poa_mc.model.spec import CellSpec
 from poa_mc.model.spec_cluster import ClusterSpec
 from poa_mc.model.spec_planner import PlannerSpec
 from poa_mc.model.spec_policy import ControllerSpec, PolicySpec
-from poa_mc.model.spec_workload import ClientSpec, Dist, WorkloadSpec
+from poa_mc.model.spec_workload import ClientSpec, Dist, Stage, WorkloadSpec
 
 # (flow, policy, event delay, decode kv blocks, temperature, transfer ms, osl): the decode kv
 # blocks of 30 and 60 put decode workers under KV pressure (preemption), the temperature samples
@@ -113,4 +113,24 @@ def trace_cells() -> list[tuple[str, CellSpec]]:
             f'[grid]\ntopology = ["2P/2D"]\n{load}\n[[policy]]\nname = "kv"\n'
         )
         out.append((path, loads_grid(text).cells()[0].spec))
+    return out
+
+
+def schedule_cells(requests: int) -> list[tuple[str, CellSpec]]:
+    """A load schedule (poa_mc/kernels/schedule.py) of `requests` measured requests in three stages:
+    rate stages (up and down), and concurrency stages (up, then down, with think time and a client
+    pool, so that clients park from the heap, from a completion and from a pending connection)."""
+    n1, n2 = requests // 3, requests // 3
+    counts = (n1, n2, requests - n1 - n2)
+    out = []
+    for name, arrival, loads in (("open", "poisson", (400.0, 1500.0, 300.0)), ("closed", "closed", (2, 6, 3))):
+        stages = tuple(Stage(float(load), n) for load, n in zip(loads, counts))
+        workload = WorkloadSpec(
+            isl=Dist("uniform", low=64, high=1500), osl=Dist("fixed", 12), prefix_groups=3, arrival=arrival,
+            concurrency=6, rate_rps=loads[0] if arrival == "poisson" else 0.0, schedule=stages,
+            think_ms=2.0 if arrival == "closed" else 0.0,
+            client=ClientSpec(max_connections=4, overhead_ms=0.5) if arrival == "closed" else None,
+        )  # fmt: skip
+        spec = CellSpec(cluster=ClusterSpec(n_prefill=2, n_decode=2), workload=workload, policy=PolicySpec(kind="kv"))
+        out.append((name, spec))
     return out

@@ -206,3 +206,20 @@ def test_the_shipped_example_calibrates(tmp_path):
     got = {k: v["value"] for k, v in summary["parameters"].items()}
     assert abs(got["prefill_scale"] - 1.4) < 0.1 and abs(got["decode_scale"] - 0.8) < 0.02, got
     assert max(summary["held_out_max_abs_error"].values()) < 0.05, summary
+
+
+def test_a_staged_benchmark_is_replayed_and_calibrated_back_to_it(tmp_path):
+    """A benchmark whose stages (C = 24, 2, 8) ran back to back, replayed as a [schedule]
+    (`replay = "schedule"`): the stages keep their order, each stage's figures come from its own
+    requests of the one run, and the known parameters are recovered within their 95% intervals."""
+    from tests.calibrate_truth import STAGES, measured_stages, staged_deployment
+
+    figs = measured_stages(seed=99)
+    dep = load_deployment(staged_deployment(tmp_path, figs))
+    assert dep.staged and [p.load for p in dep.points] == [float(c) for c in STAGES]
+    assert [st.load for st in dep.grid.workload.schedule] == [float(c) for c in STAGES]
+    cal = calibrate(dep, simulate, bootstrap=20)
+    f = cal.fit
+    for name, v, lo, hi in zip(f.names, f.values, f.lo, f.hi):
+        assert lo <= TRUTH[name] <= hi, (name, v, lo, hi)
+        assert hi - lo < 0.5 * TRUTH[name] + 1.0, (name, lo, hi)

@@ -382,6 +382,13 @@ def test_cuda_target_matches_cpu_under_simulator(tmp_path):
             a, b = simulate(spec, backend="cpu", **kw), simulate(spec, backend="cuda", **kw)
             for k in a.samples:
                 assert np.array_equal(a.samples[k], b.samples[k]), (path, k)
+        # load schedules: rate stages, and concurrency stages that park and wake clients
+        from tests.every_path import schedule_cells
+        for name, spec in schedule_cells(36):
+            kw = dict(replicas=3, requests=36, warmup=5, seed=5, stream=1)
+            a, b = simulate(spec, backend="cpu", **kw), simulate(spec, backend="cuda", **kw)
+            for k in a.samples:
+                assert np.array_equal(a.samples[k], b.samples[k]), (name, k)
         print("EQUAL")
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")

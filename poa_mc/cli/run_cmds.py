@@ -8,6 +8,7 @@ Exit codes follow the rest of the CLI: 0 ok, 2 bad input, 1 anything else.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -126,6 +127,14 @@ def run(
 
         summary, poa = (pl.read_parquet(report.out / f"{t}.parquet") for t in ("summary", "poa"))
         print_results(summary, poa, grid.poa.selfish)
+        if (report.out / "stages.parquet").exists():  # [schedule]: the whole runs above, each stage here
+            from rich.console import Console
+
+            from poa_mc.run.console import stages_table
+
+            Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(
+                stages_table(pl.read_parquet(report.out / "stages.parquet"))
+            )
     if report.reduced:
         import polars as pl
 
@@ -136,7 +145,8 @@ def run(
         for line in summary_notes(pl.read_parquet(rd.summary_path), grid.run.warmup):
             if not (quiet and line.startswith("note:")):  # --quiet keeps the warnings only
                 click.echo(line, err=True)
-        say(f"results: {rd.summary_path}, {rd.poa_path}")
+        stages = f", {rd.stages_path}" if rd.stages_path.exists() else ""
+        say(f"results: {rd.summary_path}, {rd.poa_path}{stages}")
         if report.plots:
             say(f"plots:   {report.out / 'plots'}/ ({', '.join(p.name for p in report.plots)})")
         say(f"analyse: python -c \"import poa_mc; print(poa_mc.load('{report.out}').poa.collect())\"")

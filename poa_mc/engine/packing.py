@@ -116,6 +116,15 @@ def pack_params(
     ip[L.P_ISL_KIND], ip[L.P_ISL_A], ip[L.P_ISL_B] = ik, ia, ib
     ip[L.P_OSL_KIND], ip[L.P_OSL_A], ip[L.P_OSL_B] = ok, oa, ob
     ip[L.P_N] = requests
+    if w.schedule:  # poa_mc/kernels/schedule.py
+        ends = w.stage_ends()
+        if ends[-1] != requests:
+            raise ValueError(f"the schedule's stages hold {ends[-1]} requests, the cell is packed for {requests}")
+        ip[L.P_NSTAGE] = len(w.schedule)
+        for k, (st, end) in enumerate(zip(w.schedule, ends)):
+            ip[L.P_STAGE_END + k] = end
+            if w.arrival == "closed":
+                ip[L.P_STAGE_C + k] = int(st.load)
     ip[L.P_WARM] = warmup
     ip[L.P_S] = slots
     ip[L.P_Q] = slots
@@ -187,6 +196,9 @@ def pack_params(
     fp[L.F_TAU] = pol.temperature
     fp[L.F_THINK] = w.think_ms
     fp[L.F_RATE] = w.rate_rps / 1000.0
+    if w.arrival != "closed":  # the kernels read every gap's rate here (poa_mc/kernels/schedule.py)
+        for k, rate in enumerate([st.load for st in w.schedule] or [w.rate_rps]):
+            fp[L.F_STAGE_RATE + k] = rate / 1000.0
     # prefix_tokens: the whole prompt, capped at that many tokens (poa_mc/kernels/requests.py)
     fp[L.F_RATIO] = 1.0 if w.prefix_tokens > 0 else w.prefix_ratio
     fp[L.F_PTOK] = float(w.prefix_tokens) if w.prefix_tokens > 0 else 1e300

@@ -28,6 +28,7 @@ class Run:
     acc:     one row per replica of every complete cell: its accumulators (poa_mc.stats.accumulate)
     summary: one row per cell, estimates with `_lo`/`_hi` 95% bounds   (after reduce)
     poa:     one row per topology x load                               (after reduce)
+    stages:  one row per cell and stage of a [schedule]                (after reduce; docs/schedules.md)
     """
 
     path: Path
@@ -101,6 +102,14 @@ class Run:
         from poa_mc.io.store import RunDir
 
         return pl.scan_parquet(self._file(RunDir(self.path).poa_path))
+
+    @property
+    def stages(self) -> pl.LazyFrame:
+        import polars as pl
+
+        from poa_mc.io.store import RunDir
+
+        return pl.scan_parquet(self._file(RunDir(self.path).stages_path))
 
 
 def load(path: str | Path) -> Run:

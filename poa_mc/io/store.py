@@ -119,6 +119,7 @@ class RunDir:
     cache_game_path = property(lambda self: self.root / "cache_game.parquet")
     planner_path = property(lambda self: self.root / "planner.parquet")
     planner_moves_path = property(lambda self: self.root / "planner_moves.parquet")
+    stages_path = property(lambda self: self.root / "stages.parquet")
     plots_dir = property(lambda self: self.root / "plots")
 
     def sample_path(self, cell_id: str) -> Path:

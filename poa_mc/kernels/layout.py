@@ -148,7 +148,11 @@ P_HANDOVER = 74  # HANDOVER_*: how a prefill_first decode worker takes over a re
 P_LINKS = 75  # 1: workers sit on nodes, transfers across nodes share their node's link (poa_mc/kernels/links.py); the
 #               worker's node is then ip[NP_I + w]
 P_LINK_F = 76  # with P_LINKS: rep_f's index of node 0's link clock (one per node after it)
-NP_I = 77
+MAX_STAGES = 16  # a load schedule's stages at most (poa_mc/kernels/schedule.py)
+P_NSTAGE = 77  # a load schedule's stages (poa_mc/kernels/schedule.py); 0: one load for the whole run
+P_STAGE_END = 78  # MAX_STAGES entries: stage k's measured requests end before index ip[P_STAGE_END + k] (cumulative)
+P_STAGE_C = P_STAGE_END + MAX_STAGES  # MAX_STAGES entries, closed loop: stage k's concurrency
+NP_I = P_STAGE_C + MAX_STAGES
 
 HANDOVER_MOCKER = 0  # Dynamo's mocker and replay: one reservation per pass boundary, admitted at the
 #                      first boundary after the KV arrived
@@ -313,7 +317,8 @@ F_LLMD_WQ = 66  # llmd: weight of the queue score
 F_SGL_CACHE = 67  # sglang: prefix match rate above which the best-matching worker is chosen
 F_SGL_ABS = 68  # sglang: load imbalance threshold, absolute (requests)
 F_SGL_REL = 69  # sglang: load imbalance threshold, relative (max load over min load)
-NF_P = 70
+F_STAGE_RATE = 70  # MAX_STAGES entries, open loop: stage k's arrival rate, requests per ms (no schedule: F_RATE's)
+NF_P = F_STAGE_RATE + MAX_STAGES
 
 # ---- prefix cache columns (pc); 0..3 as in the table above ----
 NPC = 4  # G1 only
@@ -457,7 +462,7 @@ RI_STAMP = 2  # LRU clock
 RI_RR = 3  # round-robin pointer (the prefill choice in prefill_first, else the decode choice)
 RI_DECIDE = 4  # routing decisions so far (random stream counter)
 RI_HEAPN = 5
-RI_FREE_TOP = 6  # open loop: free slots on the stack in queue row W + 1
+RI_FREE_TOP = 6  # open loop: free slots on the stack in queue row W + 1; closed loop: parked clients there
 RI_STATUS = 7  # 0 ok, 1 slot overflow, 2 event limit
 RI_EVENTS = 8
 RI_NOPEN = 9  # open loop: requests generated
@@ -490,7 +495,10 @@ RI_CPH = 34  # client: ring of requests waiting for a connection (queue row W + 
 RI_CPN = 35  # ... length
 RI_CTH = 36  # client: ring of requests on their way to the frontend (queue row W + 3), in due order: head
 RI_CTN = 37  # ... length
-NRI = 38
+RI_CACT = 38  # closed loop: clients active (a schedule's current concurrency; P_C without one); the others park
+RI_STAGE = 39  # a schedule's stage of the next request created (0 without one: F_STAGE_RATE holds the rate)
+RI_STAGE_AT = 40  # the creation index where the next stage begins (-1: none)
+NRI = 41
 
 RF_NEXT_ARR = 0  # open loop: next arrival time
 RF_T = 1  # current time

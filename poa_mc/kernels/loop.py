@@ -15,7 +15,7 @@ import numpy as np
 from ._ns import Namespace
 from .layout import (
     F_OMEGA,
-    F_RATE,
+    F_STAGE_RATE,
     F_TAU,
     NCAND,
     NEV,
@@ -26,7 +26,6 @@ from .layout import (
     NSI,
     NWF,
     P_ARRIVAL,
-    P_C,
     P_CHECK,
     P_CLIENT,
     P_CR1,
@@ -66,6 +65,8 @@ from .layout import (
     RI_NPA,
     RI_PWAKE,
     RI_SEQ,
+    RI_STAGE,
+    RI_STAGE_AT,
     RI_STATUS,
     RNG_F_GAP,
     SF_ARR,
@@ -107,6 +108,7 @@ def build(
     planner,
     replay,
     client,
+    schedule,
     requests,
     decode,
     placement,
@@ -130,7 +132,6 @@ def build(
     ctl_start = controller.start
     decode_end = decode.decode_end
     heap_pop = heap.pop
-    heap_push = heap.push
     pl_start = planner.start
     pl_tick = planner.tick
     plan_prefill = prefill.plan_prefill
@@ -141,6 +142,8 @@ def build(
     rng_exponential = rng.exponential
     rng_replica_key = rng.replica_key
     tiers_conserved = tiers.conserved
+    schedule_start = schedule.start
+    next_stage = schedule.next_stage
     trace_on = replay.enabled  # a compile-time constant: False in the lean build (source.build)
 
     @jit_inline
@@ -236,17 +239,17 @@ def build(
         drain = ip[P_DRAIN] == 1
         client_on = ip[P_CLIENT] == 1
         last_arrival = ip[P_WARM] + ip[P_N]
-        if closed:
-            for c in range(ip[P_C]):
-                heap_push(heap_t, heap_c, rep_i, r, 0.0, c)
-        else:
+        schedule_start(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1)  # a closed loop's clients too
+        if not closed:
             for i in range(n_s):
                 queue[r, n_w + 1, i] = n_s - 1 - i
             rep_i[r, RI_FREE_TOP] = n_s
             if trace == TRACE_TIMES:
                 rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, np.int64(0))
             else:
-                rep_f[r, RF_NEXT_ARR] = rng_exponential(key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE])
+                rep_f[r, RF_NEXT_ARR] = rng_exponential(
+                    key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_STAGE_RATE]
+                )
         while True:
             t = INF
             for w in range(n_w):
@@ -316,9 +319,12 @@ def build(
                     rep_i[r, RI_HEAPN] = 0
                     break
                 if closed:
+                    if rep_i[r, RI_NOPEN] == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
+                        next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
                     if rep_i[r, RI_HEAPN] == 0 or heap_t[r, 0] > t:
                         break
                     s = heap_pop(heap_t, heap_c, rep_i, r)
+                    rep_i[r, RI_NOPEN] += 1
                     kc = np.int64(slot_i[r, s, SI_KCOUNT])
                     slot_i[r, s, SI_KCOUNT] = kc + 1
                     rid = rng_client_request_id(s, kc)
@@ -344,8 +350,10 @@ def build(
                     if trace == TRACE_TIMES:
                         rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, rid + 1)
                     else:
+                        if rid + 1 == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
+                            next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
                         rep_f[r, RF_NEXT_ARR] += rng_exponential(
-                            key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_RATE]
+                            key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_STAGE_RATE + rep_i[r, RI_STAGE]]
                         )
             # requests a modelled client sent that reach the frontend now, in the order they were
             # created: the n-th to arrive is the n-th created, and keeps that request's draws

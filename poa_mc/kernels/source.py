@@ -24,6 +24,7 @@ from . import (
     requests,
     rng,
     router,
+    schedule,
     tally,
     tiers,
     timing,
@@ -56,18 +57,19 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     qu = queues.build(jit, jit_inline)
     bl = blocks.build(jit, jit_inline)
     cl = client.build(jit, mt, jit_inline)
-    rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, jit_inline)
+    sc = schedule.build(jit, h, jit_inline)
+    rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, sc, jit_inline)
     lk = links.build(jit, mt)
     dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, lk, jit_inline)
     plc = placement.build(jit, r, c, ro, ctl, tm, qu, bl, dc, jit_inline)
     b = batch.build(jit, ro, qu, dc, plc)
     pf = prefill.build(jit, tr, c, ro, ctl, tm, mt, qu, bl, dc, plc, b, jit_inline)
-    lp = loop.build(jit, r, tr, h, ctl, pl, rp, cl, rq, dc, plc, b, pf, jit_inline, fixed=fixed)
+    lp = loop.build(jit, r, tr, h, ctl, pl, rp, cl, sc, rq, dc, plc, b, pf, jit_inline, fixed=fixed)
     ta = tally.build(jit, jit_inline)
     ph = poa_hat.build(jit, jit_inline)
     return Namespace(
         rng=r, tiers=tr, replay=rp, cache=c, client=cl, router=ro, heap=h, controller=ctl, planner=pl, timing=tm,
-        meters=mt, links=lk, queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b, prefill=pf, loop=lp,
-        tally=ta, poa_hat=ph, simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows,
+        meters=mt, schedule=sc, links=lk, queues=qu, blocks=bl, requests=rq, decode=dc, placement=plc, batch=b,
+        prefill=pf, loop=lp, tally=ta, poa_hat=ph, simulate_replica=lp.simulate_replica, tally_rows=ta.tally_rows,
         replica_sums=ph.replica_sums,
     )  # fmt: skip

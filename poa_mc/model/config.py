@@ -27,6 +27,7 @@ from poa_mc.model.parse_cluster import parse_cluster, parse_profile
 from poa_mc.model.parse_games import parse_cache_game, parse_pd_game, parse_poa, parse_slo
 from poa_mc.model.parse_policy import parse_controller, parse_policies
 from poa_mc.model.parse_run import parse_run
+from poa_mc.model.parse_schedule import parse_schedule
 from poa_mc.model.parse_workload import parse_client, parse_workload
 from poa_mc.model.sections import SECTIONS, ConfigError
 from poa_mc.model.toml_fields import check_keys
@@ -52,7 +53,13 @@ def parse_grid(doc: dict, source: str = "<string>", base_dir: str | Path | None 
     policies = parse_policies(doc, parse_controller(doc))
     poa = parse_poa(doc, policies)
     cache_game = parse_cache_game(doc, cluster, workload, policies, poa.selfish)
-    topologies, axis, loads = parse_grid_axes(doc, arrival, cluster.flow, pd_game, cache_game)
+    topologies, axis, loads = parse_grid_axes(doc, arrival, cluster.flow, pd_game, cache_game, "schedule" in doc)
+    stages = parse_schedule(doc, axis, loads)
+    if stages:  # one simulation runs the whole list: its slots are the largest concurrency's
+        if workload.trace is not None:
+            raise ConfigError("schedule", "a replayed trace sets its own load: remove [schedule] or kind = 'trace'")
+        run = dataclasses.replace(run, requests=sum(st.requests for st in stages))
+        workload = dataclasses.replace(workload, schedule=stages)
     if poa.window > run.requests:
         raise ConfigError(
             "poa.window", f"{poa.window:,} decisions exceed the {run.requests:,} measured requests of a replica"

@@ -204,9 +204,11 @@ def expand(grid: GridConfig) -> list[Cell]:
                 g4_blocks=cluster.g4_blocks if "g4" in kept else 0,
             )
         planner = grid.pd_game.planner if topo.planner else None
-        for li, load in enumerate(grid.loads):
+        staged = base.schedule  # [schedule]: one point runs every load as a stage, named by its first
+        for li, load in enumerate(grid.loads[:1] if staged else grid.loads):
             if grid.load_axis == "concurrency":
-                workload = dataclasses.replace(base, concurrency=int(load), rate_rps=0.0)
+                most = int(max(st.load for st in staged)) if staged else int(load)
+                workload = dataclasses.replace(base, concurrency=most, rate_rps=0.0)
                 conc, rate = int(load), None
             else:
                 workload = dataclasses.replace(base, rate_rps=float(load))

@@ -44,7 +44,10 @@ def parse_grid_axes(
     flow: str = "prefill_first",
     pd_game: PdGame | None = None,
     cache_game: CacheGame | None = None,
+    staged: bool = False,
 ) -> tuple[tuple[Topology, ...], str, tuple[float, ...]]:
+    """The topologies, the load axis and its loads; `staged` ([schedule]): the loads are stages in
+    order, so one may repeat (a sweep up and back down)."""
     if "grid" not in doc:
         raise ConfigError("grid", "missing section: a grid needs at least `topology` and a load list")
     table = dict(read_table(doc, "grid", "grid"))
@@ -115,7 +118,7 @@ def parse_grid_axes(
         path = f"grid.{axis}[{i}]"
         value = coerce(value, int if axis == "concurrency" else float, path)
         check_positive(value, path)
-        if value in loads:
+        if value in loads and not staged:
             raise ConfigError(path, f"{value} repeats grid.{axis}[{loads.index(value)}]")
         loads.append(value)
     return tuple(topologies), axis, tuple(loads)

@@ -18,7 +18,20 @@ POA_COSTS = ("router", "ttft", "observed")
 POA_STAGES = ("auto", "prefill", "decode")
 POA_PRICINGS = ("slot", "frozen")
 POA_OBSERVED_FROM = ("decision", "client")
-SECTIONS = ("run", "profile", "workload", "client", "cluster", "grid", "policy", "controller", "poa", "slo", "games")
+SECTIONS = (
+    "run",
+    "profile",
+    "workload",
+    "client",
+    "cluster",
+    "grid",
+    "policy",
+    "controller",
+    "poa",
+    "slo",
+    "games",
+    "schedule",
+)
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_BOOTSTRAP = 100_000

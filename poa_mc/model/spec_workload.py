@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from poa_mc.kernels.layout import MAX_STAGES  # the kernels' parameter rows hold this many stages
 from poa_mc.model.spec_error import SpecError
 
 DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
@@ -117,6 +118,15 @@ class ClientSpec:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One stage of a load schedule (`[schedule]`, poa_mc/kernels/schedule.py): `load` is its rate
+    (req/s, open loop) or its concurrency (closed loop), `requests` the measured requests it sends."""
+
+    load: float
+    requests: int
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """The request stream. Lengths in tokens, times in milliseconds, rates in requests/second."""
 
@@ -135,6 +145,9 @@ class WorkloadSpec:
     # a shared prefix of this many tokens (capped by the prompt) instead of prefix_ratio of each
     # prompt: a system prompt of fixed length, as deployments describe it (0: prefix_ratio)
     prefix_tokens: int = 0
+    # a load schedule: stages run back to back in one simulation (empty: concurrency / rate_rps for
+    # the whole run). The closed loop's `concurrency` is then the largest stage's, rate_rps the first's
+    schedule: tuple[Stage, ...] = ()
 
     def prefix_of(self, isl: float) -> float:
         """Tokens of a prompt of `isl` tokens that its prefix group shares (the kernels take whole
@@ -166,11 +179,38 @@ class WorkloadSpec:
             raise SpecError(f"{path}.rate", f"must be > 0 req/s for Poisson arrivals, got {self.rate_rps}")
         if not self.think_ms >= 0:
             raise SpecError(f"{path}.think_ms", f"must be >= 0, got {self.think_ms}")
+        if self.schedule:
+            self._validate_schedule()
+
+    def _validate_schedule(self) -> None:
+        if len(self.schedule) > MAX_STAGES:
+            raise SpecError("schedule", f"at most {MAX_STAGES} stages, got {len(self.schedule)}")
+        if self.trace is not None:
+            raise SpecError("schedule", "a replayed trace sets its own load: remove [schedule] or kind = 'trace'")
+        for k, st in enumerate(self.schedule):
+            if st.requests < 1:
+                raise SpecError(f"schedule.requests[{k}]", f"must be >= 1, got {st.requests}")
+            if not (st.load > 0 and math.isfinite(st.load)):
+                raise SpecError(f"schedule.load[{k}]", f"must be a finite number > 0, got {st.load}")
+            if self.arrival == "closed" and st.load != int(st.load):
+                raise SpecError(f"schedule.load[{k}]", f"a concurrency must be a whole number, got {st.load}")
+        if self.arrival == "closed" and self.concurrency != max(int(st.load) for st in self.schedule):
+            raise SpecError("workload.concurrency", "must be the schedule's largest concurrency")
+        if self.arrival == "poisson" and self.rate_rps != self.schedule[0].load:
+            raise SpecError("workload.rate", "must be the schedule's first rate")
+
+    def stage_ends(self) -> tuple[int, ...]:
+        """Each stage's end as a measured-request index (cumulative counts; empty: no schedule)."""
+        ends, total = [], 0
+        for st in self.schedule:
+            total += st.requests
+            ends.append(total)
+        return tuple(ends)
 
 
 # workload keys added after cells had ids: at these defaults they are left out of ids, fingerprints
 # and stored specs, which then stay those of the runs written before them
-WORKLOAD_LATER_DEFAULTS = {"prefix_tokens": 0}
+WORKLOAD_LATER_DEFAULTS = {"prefix_tokens": 0, "schedule": ()}
 
 
 def drop_workload_defaults(workload: dict) -> None:

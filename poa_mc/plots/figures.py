@@ -10,6 +10,7 @@ plots/e2e_cdf.png       the same for end-to-end latency
 plots/pd_game.png       grids with [games.pd]: the prefill/decode split game, one panel per load
 plots/planner.png       grids with [games.pd.planner]: the Planner moving the split over time
 plots/cache_game.png    grids with [games.cache]: the caching game, one panel per (topology, load)
+plots/stages.png        grids with [schedule]: each stage's TTFT and request rate over time
 
 The CDFs read the per-request samples; a run without samples gets the other four. Intervals are
 95% across replicas; a run with one replica has none, and its figures say so instead of drawing
@@ -35,6 +36,7 @@ from poa_mc.io.store import RunDir
 from poa_mc.plots.cdf_figures import _CDF_METRICS, _cdf_replica_cap, _samples_and_cells, latency_cdf_figure
 from poa_mc.plots.game_figures import cache_game_figure, pd_game_figure, planner_figure
 from poa_mc.plots.run_figures import _replicas, plot_pareto, plot_poa_heatmap, plot_poa_vs_load, plot_ttft_p99
+from poa_mc.plots.stages_figure import stages_figure
 from poa_mc.plots.style import _save
 
 _GAME_FIGURES = {
@@ -53,6 +55,8 @@ def figure_names(root: str | Path) -> list[str]:
     if _height(run_dir.summary_path):
         names += ["ttft_p99.png", "pareto.png"]
     names += [name for name, attr in _GAME_FIGURES.items() if _height(getattr(run_dir, attr))]
+    if _height(run_dir.stages_path):
+        names.append("stages.png")
     if _samples_and_cells(run_dir.root) is not None:
         names += [name for name, _ in _CDF_METRICS.values()]
     return names
@@ -78,6 +82,8 @@ def draw_figure(root: str | Path, name: str) -> Path | None:
     summary = pl.read_parquet(run_dir.summary_path)
     poa = pl.read_parquet(run_dir.poa_path)
     selfish = poa["selfish_policy"][0] if poa.height and "selfish_policy" in poa.columns else None
+    if name == "stages.png":
+        return _save(stages_figure(pl.read_parquet(run_dir.stages_path), selfish), path)
     if name == "poa_vs_load.png":
         return plot_poa_vs_load(poa, path, replicas=_replicas(summary))
     if name == "poa_heatmap.png":

@@ -177,6 +177,38 @@ def results_table(summary: Any, poa: Any, selfish: str) -> Any:
     return table
 
 
+def stages_table(stages: Any) -> Any:
+    """A rich Table of a load schedule's stages (stages.parquet): per cell and stage its load, window,
+    TTFT P50/P99, ITL and request rate, each with its 95% interval where it has one."""
+    from rich.table import Table
+
+    axis = stages["load_axis"][0] if stages.height else "rate"
+    table = Table(title="stages (95% intervals across replicas)", header_style="bold")
+    for name in ("topology", "policy", "stage", "C" if axis == "concurrency" else "rate", "window s",
+                 "TTFT p50 ms", "TTFT p99 ms", "ITL ms", "req/s"):  # fmt: skip
+        table.add_column(name, justify="left" if name in ("topology", "policy") else "right", no_wrap=True)
+
+    def est(r: dict, name: str, digits: int) -> str:
+        v, lo, hi = (r.get(f"{name}{p}") for p in ("", "_lo", "_hi"))
+        if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+            return _num(v, digits)
+        return f"{_num(v, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+
+    for r in stages.sort(["index", "stage"]).iter_rows(named=True):
+        table.add_row(
+            r["topology"],
+            r["policy"],
+            str(r["stage"]),
+            f"{r['stage_load']:g}",
+            f"{r['stage_start_ms'] / 1000:.0f}-{r['stage_end_ms'] / 1000:.0f}",
+            est(r, "ttft_p50_ms", 1),
+            est(r, "ttft_p99_ms", 1),
+            _num(r.get("itl_mean_ms"), 2),
+            est(r, "throughput_rps", 2),
+        )
+    return table
+
+
 FEW_FOR_TAILS = 64  # replicas below which a P99's interval under-covers near saturation (docs/outputs.md)
 
 

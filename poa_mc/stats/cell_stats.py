@@ -41,9 +41,14 @@ def _put(row: dict[str, Any], name: str, est: Estimate) -> None:
     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = est.value, est.lo, est.hi
 
 
-def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, Any], warmup: int = 0) -> CellStats:
+def cell_stats(
+    acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, Any], warmup: int = 0, *, steady: bool = True
+) -> CellStats:
     """Statistics of one cell from its per-replica accumulators (poa_mc.stats.accumulate); `warmup`:
-    the run's warm-up requests per replica (the warm-up check's suggestion adds to it)."""
+    the run's warm-up requests per replica (the warm-up check's suggestion adds to it). `steady=False`
+    (a schedule's stage, poa_mc.stats.stages) reports an open loop's offered rate without the
+    stability verdict, which nulls the figures of a cell that falls behind; a schedule's whole run
+    is not one steady state either."""
     n_req = acc["n"]
     r = len(n_req)
     if r == 0 or not (n_req == n_req[0]).all():
@@ -117,8 +122,10 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
     rho = row.get("prefill_util", math.nan) if open_loop else math.nan
     n_p = int(spec.cluster.n_prefill or 1)
     warm = warmup_check(acc.get("batch_ttft"), n, warmup, rho, n_p)
-    row["warmup_drift"] = warm.drift
-    row["warmup_suggested"] = warm.suggested if warm.transient else None
+    # a schedule's run moves from load to load, and a stage may be a transient on purpose: its drift
+    # says how far from a steady state a stage was, and no warm-up is suggested for either
+    row["warmup_drift"] = warm.drift if not spec.workload.schedule else None
+    row["warmup_suggested"] = warm.suggested if warm.transient and steady and not spec.workload.schedule else None
 
     stage, _, k = spec.cluster.poa_stage(poa.get("stage", "auto"))
     row["poa_stage"], row["poa_candidates"] = stage, k
@@ -136,8 +143,10 @@ def cell_stats(acc: dict[str, np.ndarray], cell: dict[str, Any], poa: dict[str, 
             _put(row, f"regime_share_{name}", clip_share(t_interval(share)))
         _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
-    if spec.workload.arrival == "poisson":
+    if spec.workload.arrival == "poisson" and steady and not spec.workload.schedule:
         _stability(row, float(spec.workload.rate_rps))
+    elif spec.workload.arrival == "poisson" and not spec.workload.schedule:
+        row["offered_rps"] = float(spec.workload.rate_rps)
 
     social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}
     row["social_cost"] = float(social[poa["social_cost"]].mean())
@@ -227,7 +236,12 @@ def request_rate(acc: dict[str, np.ndarray], n: int, open_loop: bool = False) ->
     that finite-run figure, what Dynamo's replay reports, stays as replica_window_ms); counting
     arrivals over their span misreads clients that move in lockstep.
 
+    A schedule's stage (poa_mc.stats.stages) carries `bench_span_s`, its first arrival to its last
+    completion: the stage's n requests over that span, what a benchmark reports for the stage.
+
     Without these counters (a stand-in engine, an older run): n - 1 arrivals over their span."""
+    if "bench_span_s" in acc:
+        return np.full(len(acc["n"]), float(n)), acc["bench_span_s"]
     arrivals = {"first_arrival_ms", "last_arrival_ms"} <= set(acc)
     if open_loop and arrivals and "replica_done_in_window" in acc and n >= 2:
         span = (acc["last_arrival_ms"] - acc["first_arrival_ms"]) / 1000.0

@@ -29,6 +29,10 @@ from poa_mc.stats.cell_stats import CellStats, cell_stats
 from poa_mc.stats.counterfactual import Counterfactual, counterfactual_poa, rate_gain_to_best, ratio_to_best
 from poa_mc.stats.games import cache_game_frame, pd_game_frame, planner_frame, planner_moves_frame
 from poa_mc.stats.knee import knee_analysis
+from poa_mc.stats.stages import stage_rows
+
+# a stage row's cell columns, before the stage's own (poa_mc.stats.stages.STAGE_COLUMNS on)
+_STAGE_CELL_COLUMNS = ("index", "topology", "n_prefill", "n_decode", "load_axis", "policy", "policy_kind")
 
 
 class IncompleteRunError(RunDirError):
@@ -150,6 +154,14 @@ def reduce_run(
         if runs:
             atomic_write_parquet(planner_frame(cells, runs, static, summary, game), run_dir.planner_path)
             atomic_write_parquet(planner_moves_frame(cells, runs), run_dir.planner_moves_path)
+    staged = [c for c in todo if spec_from_json(c["spec_json"]).workload.schedule]
+    if staged:  # a [schedule]'s stages, from each cell's samples (poa_mc.stats.stages)
+        rows = []
+        for cell in staged:
+            cols = samples_to_columns(run_dir.read_samples(cell["cell_id"]))
+            for row in stage_rows(cols, cell, poa, slo):
+                rows.append({k: cell[k] for k in _STAGE_CELL_COLUMNS} | row)
+        atomic_write_parquet(pl.DataFrame(rows, infer_schema_length=None), run_dir.stages_path)
     cache = manifest["grid"].get("cache_game")
     if cache and summary.height:
         kind = cache["social_cost"]

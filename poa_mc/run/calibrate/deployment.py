@@ -8,10 +8,15 @@ router) with a [calibrate] table:
     fit = { prefill_scale = [0.5, 2.0], prefill_host_request_ms = [0.0, 20.0] }
     figures = ["ttft_mean", "ttft_p99", "itl_mean", "throughput"]
     held_out = true                                   # leave-one-load-out validation
+    replay = "points"                                 # or "schedule": the stages back to back
 
 The measured points set the grid's load axis (their concurrency or request rate): the grid's own
-[grid] load list is replaced by theirs. Bad input raises ConfigError naming the key (or
-BenchmarkFormatError naming the file and line).
+[grid] load list is replaced by theirs. With `replay = "points"` each is simulated on its own
+(sorted by load); with `replay = "schedule"` they are a benchmark's stages in the order listed (an
+inference-perf folder: by stage number), simulated back to back in one run as a [schedule] of their
+request counts, each stage's figures from its own requests (docs/schedules.md).
+
+Bad input raises ConfigError naming the key (or BenchmarkFormatError naming the file and line).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ FIGURES = {
     "throughput": ("throughput_rps", None),
 }
 DEFAULT_FIGURES = ("ttft_mean", "ttft_p99", "itl_mean", "throughput")
+REPLAYS = ("points", "schedule")
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Deployment:
     params: tuple[FitParam, ...]
     figures: tuple[str, ...]
     held_out: bool
+    staged: bool = False  # replay = "schedule": the points are stages of one run
 
     def measured(self) -> list[list[float]]:
         """measured[i][j]: point i's figure j."""
@@ -90,8 +97,12 @@ def measured_figure(point: LoadPoint, figure: str) -> float | None:
 
 def load_deployment(path: str | Path) -> Deployment:
     path = Path(path)
-    doc, cal = read_with_table(path, "calibrate", ("measured", "fit", "figures", "held_out"), "measured, fit")
-    points = _read_points(path, cal.get("measured"))
+    doc, cal = read_with_table(path, "calibrate", ("measured", "fit", "figures", "held_out", "replay"), "measured, fit")
+    replay = cal.get("replay", "points")
+    if replay not in REPLAYS:
+        raise ConfigError("calibrate.replay", f"must be one of {', '.join(REPLAYS)}, got {replay!r}")
+    staged = replay == "schedule"
+    points = _read_points(path, cal.get("measured"), staged)
     axis = points[0].load_axis
     grid_t = doc.setdefault("grid", {})
     if not isinstance(grid_t, dict):
@@ -99,6 +110,10 @@ def load_deployment(path: str | Path) -> Deployment:
     for key in ("concurrency", "rate"):
         grid_t.pop(key, None)
     grid_t[axis] = [int(p.load) if axis == "concurrency" else float(p.load) for p in points]
+    if staged:
+        if "schedule" in doc:
+            raise ConfigError("schedule", 'replay = "schedule" makes the schedule of the measured stages: remove it')
+        doc["schedule"] = {"requests": [p.requests for p in points]}
     workload = doc.setdefault("workload", {})
     if isinstance(workload, dict) and "arrival" not in workload:
         workload["arrival"] = "closed" if axis == "concurrency" else "poisson"
@@ -119,10 +134,10 @@ def load_deployment(path: str | Path) -> Deployment:
         )
     if held_out and len(points) < 2:
         raise ConfigError("calibrate.held_out", "leave-one-load-out needs two measured load points at least")
-    return Deployment(path, grid, tuple(points), params, figures, held_out)
+    return Deployment(path, grid, tuple(points), params, figures, held_out, staged)
 
 
-def _read_points(path: Path, measured: object) -> list[LoadPoint]:
+def _read_points(path: Path, measured: object, staged: bool = False) -> list[LoadPoint]:
     if not isinstance(measured, list) or not measured or not all(isinstance(m, str) for m in measured):
         raise ConfigError("calibrate.measured", "a list of benchmark files (or globs), relative to this file")
     files: list[Path] = []
@@ -140,6 +155,11 @@ def _read_points(path: Path, measured: object) -> list[LoadPoint]:
     axes = {p.load_axis for p in points}
     if len(axes) != 1:
         raise ConfigError("calibrate.measured", f"the files mix load axes ({', '.join(sorted(axes))})")
+    if staged:  # stages in the order they ran: loads may repeat
+        for p in points:
+            if p.requests < 1:
+                raise BenchmarkFormatError(p.source, "states no request count, which a replayed stage needs")
+        return points
     points.sort(key=lambda p: p.load)
     loads = [p.load for p in points]
     dup = next((a for a, b in zip(loads, loads[1:]) if a == b), None)

@@ -58,9 +58,13 @@ def apply_spec(spec: CellSpec, values: dict[str, float]) -> CellSpec:
     return dataclasses.replace(spec, profile=apply(spec.profile, values), cluster=apply_cluster(spec.cluster, values))
 
 
-def cell_figures(res, figures: Sequence[str], open_loop: bool = False) -> list[float]:
-    """The figures of one simulated load point (a SimResult with every sample kept)."""
+def cell_figures(res, figures: Sequence[str], open_loop: bool = False, stage: slice | None = None) -> list[float]:
+    """The figures of one simulated load point (a SimResult with every sample kept), or with `stage`
+    of one stage of a schedule (its requests' columns): its throughput then the benchmark's, the
+    stage's requests over its first arrival to its last completion (request_rate's bench_span_s)."""
     s, rep = res.samples, res.replica
+    if stage is not None:
+        s = {k: s[k][:, stage] for k in ("ttft_ms", "e2e_ms", "osl", "arrival_ms")}
     ttft, e2e = s["ttft_ms"].ravel(), s["e2e_ms"].ravel()
     osl = s["osl"].ravel()
     multi = osl > 1
@@ -71,10 +75,15 @@ def cell_figures(res, figures: Sequence[str], open_loop: bool = False) -> list[f
         "sum_e2e_ms": s["e2e_ms"].sum(axis=1),
         "first_arrival_ms": s["arrival_ms"].min(axis=1),
         "last_arrival_ms": s["arrival_ms"].max(axis=1),
-        "replica_inflight_ms": rep["inflight_ms"],
-        "replica_measured_ms": rep["measured_ms"],
-        "replica_done_in_window": rep["done_in_window"],
     }
+    if stage is None:
+        tallies.update(
+            replica_inflight_ms=rep["inflight_ms"],
+            replica_measured_ms=rep["measured_ms"],
+            replica_done_in_window=rep["done_in_window"],
+        )
+    else:
+        tallies["bench_span_s"] = ((s["arrival_ms"] + s["e2e_ms"]).max(axis=1) - s["arrival_ms"].min(axis=1)) / 1e3
     num, den = request_rate(tallies, n, open_loop=open_loop)
     per = {
         "ttft_ms": ttft,
@@ -107,11 +116,29 @@ def simulate_figures(
     (at most [run] requests), the grid's [run] replicas of them (with `benchmark`, one: a
     synthetic benchmark), at the grid's seed (or `seed`) and the cell's stream (common random
     numbers). A run as long as the benchmark's has the same start-up and end effects in its
-    figures, which a shorter one would mistake for the parameters' doing."""
+    figures, which a shorter one would mistake for the parameters' doing. A staged deployment
+    (replay = "schedule") runs all its stages in one simulation and reads each stage's figures."""
     r = dep.grid.run
     cells = dep.grid.cells()
-    points = range(len(cells)) if points is None else points
+    points = range(len(dep.points)) if points is None else points
     out = np.empty((len(points), len(dep.figures)))
+    open_loop = dep.grid.load_axis == "rate"
+    if dep.staged:  # one run of every stage, whichever stages are asked for: each carries the last's state
+        cell = cells[0]
+        res = simulate(
+            apply_spec(cell.spec, values),
+            replicas=1 if benchmark else r.replicas,
+            requests=r.requests,
+            warmup=r.warmup_for(cell.concurrency),
+            seed=r.seed if seed is None else seed,
+            stream=cell.stream,
+            record_candidates=False,
+            drain=r.drain,
+        )
+        ends = (0, *cell.spec.workload.stage_ends())
+        for k, i in enumerate(points):
+            out[k] = cell_figures(res, dep.figures, open_loop=open_loop, stage=slice(ends[i], ends[i + 1]))
+        return out
     for k, i in enumerate(points):
         cell = cells[i]
         spec = apply_spec(cell.spec, values)
@@ -125,5 +152,5 @@ def simulate_figures(
             record_candidates=False,
             drain=r.drain,
         )
-        out[k] = cell_figures(res, dep.figures, open_loop=dep.grid.load_axis == "rate")
+        out[k] = cell_figures(res, dep.figures, open_loop=open_loop)
     return out

@@ -135,6 +135,8 @@ def _row(name: str) -> tuple[str, str]:
 def load_tune(path: str | Path) -> TuneSpec:
     path = Path(path)
     doc, t = read_with_table(path, "tune", _KEYS, "policy, objective, space")
+    if "schedule" in doc:  # a schedule's cell is every stage at once: no load point to tune for
+        raise ConfigError("schedule", "poa-mc tune tunes per load point: remove [schedule] (docs/schedules.md)")
     grid = parse_grid(doc, str(path), path.parent)
     names = [p.name for p in grid.policies]
     name = t.get("policy", names[0])
