@@ -215,9 +215,12 @@ def validate(grid_file: str, out: Path | None, sets: tuple[str, ...], **shortcut
         when += f", after compiling the {backend} kernels once (about a minute on 2 cores, cached from then on)"
     warmups = sorted({r.warmup_for(c.concurrency) for c in cells})
     warm = f"{warmups[0]}" if len(warmups) == 1 else f"{warmups[0]}..{warmups[-1]}"
+    loads = f"{len(grid.loads)} {grid.load_axis} values"
+    if grid.workload.schedule:  # one cell runs every load, as a stage (docs/schedules.md)
+        loads = f"1 schedule of {len(grid.loads)} {grid.load_axis} stages"
     click.echo(
-        f"ok: {grid.source}: {len(cells)} cells = {len(grid.topologies)} topologies x {len(grid.loads)} "
-        f"{grid.load_axis} values x {len(grid.policies)} policies; {r.replicas} replicas x "
+        f"ok: {grid.source}: {len(cells)} cells = {len(grid.topologies)} topologies x {loads} x "
+        f"{len(grid.policies)} policies; {r.replicas} replicas x "
         f"({r.requests} + {warm} warm-up) requests per cell; "
         f"{sum(r.replicas * (r.requests + r.warmup_for(c.concurrency)) for c in cells):,} "
         f"simulated requests, {when}; selfish policy {grid.poa.selfish!r}; out {r.out}"
