@@ -513,10 +513,11 @@ def test_interconnects_by_name():
         ("cache_threshold", "1.5", "policy[2].cache_threshold: must be within [0, 1], got 1.5"),
         ("balance_abs_threshold", "-3", "policy[2].balance_abs_threshold: must be >= 0 requests, got -3"),
         ("balance_rel_threshold", "0.5", "policy[2].balance_rel_threshold: must be >= 1, got 0.5"),
+        ("picker", '"best"', "policy[2].picker: must be one of max_score, random, weighted_random, got 'best'"),
     ],
 )
 def test_bad_llmd_and_sglang_keys_are_one_line_errors_naming_the_key(key, value, message):
-    kind = "llmd" if key.endswith("weight") else "sglang"
+    kind = "llmd" if key.endswith("weight") or key == "picker" else "sglang"
     e = _err(SMALL + f'\n[[policy]]\nname = "other"\nkind = "{kind}"\n{key} = {value}\n')
     assert e.path == f"policy[2].{key}" and "\n" not in str(e)
     if message:
@@ -531,7 +532,10 @@ def test_llmd_and_sglang_defaults_are_their_projects_and_leave_cell_ids_alone():
     llmd, sgl = grid.policies[2], grid.policies[3]
     assert (llmd.prefix_weight, llmd.kv_util_weight, llmd.queue_weight) == (3.0, 2.0, 2.0)
     assert (sgl.cache_threshold, sgl.balance_abs_threshold, sgl.balance_rel_threshold) == (0.3, 64, 1.5)
-    written = SMALL.replace('kind = "kv"', 'kind = "kv"\nprefix_weight = 3.0\ncache_threshold = 0.3')
+    assert llmd.picker == "max_score"
+    written = SMALL.replace(
+        'kind = "kv"', 'kind = "kv"\nprefix_weight = 3.0\ncache_threshold = 0.3\npicker = "max_score"'
+    )
     assert [c.cell_id for c in loads_grid(written).cells()] == [c.cell_id for c in loads_grid(SMALL).cells()]
     changed = SMALL.replace('kind = "kv"', 'kind = "kv"\ncache_threshold = 0.5')
     assert [c.cell_id for c in loads_grid(changed).cells()] != [c.cell_id for c in loads_grid(SMALL).cells()]

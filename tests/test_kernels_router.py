@@ -239,6 +239,26 @@ def test_llmd_breaks_ties_at_random_among_the_highest_scores_only():
     assert set(_choose("llmd", wk_i, pc, rep_i, ip, fp) for _ in range(200)) == {0, 1, 2}
 
 
+@pytest.mark.parametrize("picker", ["random", "weighted_random"])
+def test_llmds_random_pickers_pick_as_often_as_their_rule_says(picker):
+    # the example's scores 2.65, 2.6, 3.35: llm-d's random-picker takes each worker a third of the
+    # time whatever the scores, its weighted-random-picker in proportion to them (2.65 / 8.6, ...);
+    # 6,000 decisions, each count within 4 binomial standard deviations of its expectation
+    from poa_mc.kernels.layout import LLMD_PICK_RANDOM, LLMD_PICK_WEIGHTED, P_LLMD_PICK
+
+    wk_i, pc, rep_i, ip, fp = _llmd_example()
+    ip[P_LLMD_PICK] = LLMD_PICK_RANDOM if picker == "random" else LLMD_PICK_WEIGHTED
+    n = 6000
+    counts = np.bincount([_choose("llmd", wk_i, pc, rep_i, ip, fp) for _ in range(n)], minlength=3)
+    scores = np.array([2.65, 2.6, 3.35])
+    p = np.full(3, 1 / 3) if picker == "random" else scores / scores.sum()
+    assert (np.abs(counts - n * p) <= 4 * np.sqrt(n * p * (1 - p))).all(), (counts, n * p)
+    if picker == "weighted_random":  # no score above 0: uniform, as llm-d hands over to its random picker
+        fp[:] = 0.0
+        picks = np.bincount([_choose("llmd", wk_i, pc, rep_i, ip, fp) for _ in range(600)], minlength=3)
+        assert (np.abs(picks - 200) <= 4 * np.sqrt(600 * 2 / 9)).all(), picks
+
+
 def test_llmd_reads_a_prefill_workers_waiting_requests_and_its_pools_capacity():
     from poa_mc.kernels.layout import P_ND, P_NP, WI_FREE, WI_PASS_K, WI_QN, WI_USED
 
@@ -336,8 +356,9 @@ balance_rel_threshold = 1.0
 
 
 def test_llmd_and_sglang_on_the_cuda_target_equal_the_cpu():
-    """Both policies compiled for the CUDA target (Numba's CUDA simulator) route as on the CPU:
-    one launch of their cells, each against the cell simulated alone on the CPU."""
+    """Both policies compiled for the CUDA target (Numba's CUDA simulator) route as on the CPU
+    (llmd with its weighted random picker, whose draws are the CPU's): one launch of their cells,
+    each against the cell simulated alone on the CPU."""
     import os
     import subprocess
     import sys
@@ -349,7 +370,8 @@ def test_llmd_and_sglang_on_the_cuda_target_equal_the_cpu():
         from poa_mc.engine import cell_batch
         from poa_mc.engine.engine import simulate
         text = MIXED.replace("rate = [2.0, 400.0]", "rate = [6.0]").replace("requests = 60", "requests = 16")
-        text = text.replace("warmup = 10", "warmup = 4").replace('kind = "kv"', 'kind = "llmd"')
+        text = text.replace("warmup = 10", "warmup = 4")
+        text = text.replace('kind = "kv"', 'kind = "llmd"\\npicker = "weighted_random"')
         text = text.replace('kind = "round_robin"', 'kind = "sglang"\\nbalance_abs_threshold = 1')
         grid = _grid(text)
         poa, slo = _settings(grid)

@@ -110,3 +110,22 @@ def test_a_lowered_concurrency_stops_the_thinking_clients_above_it():
             times = arr[r, new]
             counts = [int(((arr[r, new] <= t) & (done[r, new] > t)).sum()) for t in times]
             assert max(counts) == c, (r, c, max(counts))
+
+
+def test_constant_arrivals_are_evenly_spaced_and_wait_as_a_d_m_1_queue(se_check):
+    # arrival = "constant": every gap 1 / rate, at each stage's own rate; into an exponential
+    # server (mu = 1 per ms) a D/M/1 queue, whose mean wait is sigma / (mu (1 - sigma)) with sigma
+    # the root in (0, 1) of sigma = exp(-mu (1 - sigma) / lam)
+    from scipy.optimize import brentq
+
+    n = 4000
+    cell = queue_cell(1, rate_rps=700.0)
+    cell = dataclasses.replace(cell, workload=dataclasses.replace(cell.workload, arrival="constant"))
+    spec = staged(cell, [Stage(700.0, n), Stage(400.0, n)])
+    res = simulate(spec, replicas=32, requests=2 * n, warmup=400, seed=27, stream=0)
+    arr, wait = res.samples["arrival_ms"], res.samples["prefill_wait_ms"]
+    for k, lam in enumerate((0.7, 0.4)):
+        part = slice(k * n, (k + 1) * n)
+        assert np.allclose(np.diff(arr[:, part], axis=1), 1.0 / lam, rtol=1e-9)
+        sigma = brentq(lambda s, lam=lam: s - np.exp(-(1.0 - s) / lam), 1e-12, 1 - 1e-12)
+        se_check(wait[:, part].mean(axis=1), sigma / (1.0 - sigma), Z)

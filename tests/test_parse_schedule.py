@@ -93,3 +93,17 @@ def test_the_command_line_refuses_a_bad_schedule_in_one_line(tmp_path):
     r = CliRunner().invoke(main, ["run", "--grid", str(p), "--out", str(tmp_path / "out"), "-q"])
     assert r.exit_code == 2 and "schedule.requests" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_constant_arrivals_take_a_rate_axis_and_a_schedule():
+    from poa_mc.engine.packing import pack_params
+    from poa_mc.kernels import layout as L
+
+    g = loads_grid(grid("constant"))
+    spec = g.cells()[0].spec
+    assert spec.workload.arrival == "constant" and g.load_axis == "rate"
+    ip, fp, _ = pack_params(spec, requests=60, warmup=10, seed=1, stream=0, record_candidates=False)
+    assert ip[L.P_ARRIVAL] == L.ARRIVAL_CONSTANT and ip[L.P_NSTAGE] == 3
+    assert list(fp[L.F_STAGE_RATE : L.F_STAGE_RATE + 3] * 1000) == [2.0, 6.0, 2.0]
+    with pytest.raises(ConfigError, match="grid.concurrency"):
+        loads_grid(grid("constant").replace("rate =", "concurrency ="))

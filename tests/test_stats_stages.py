@@ -84,3 +84,18 @@ def test_a_run_with_a_schedule_writes_its_stages(tmp_path):
                                                            "load_axis", "policy", "policy_kind"]  # fmt: skip
     assert stages["stage_requests"].to_list() == [10, 20, 30] * 4
     assert (tmp_path / "out" / "plots" / "stages.png").stat().st_size > 10_000
+
+
+def test_export_writes_the_stages_table_too(tmp_path):
+    """`poa-mc export` of a run with a [schedule]: stages.csv beside the other tables, its rows."""
+    from click.testing import CliRunner
+
+    from poa_mc.cli.main import main
+    from poa_mc.io.export import export_run
+    from tests.test_parse_schedule import grid
+
+    p = tmp_path / "g.toml"
+    p.write_text(grid(loads="[2.0, 6.0]", schedule="[schedule]\nrequests = [10, 20]"))
+    assert CliRunner().invoke(main, ["run", "--grid", str(p), "--out", str(tmp_path / "out"), "-q"]).exit_code == 0
+    res = export_run(tmp_path / "out", tmp_path / "csv")
+    assert res.rows["stages"] == 4 * 2 and (tmp_path / "csv" / "stages.csv").is_file()

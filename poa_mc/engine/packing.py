@@ -19,6 +19,7 @@ from poa_mc.kernels import layout as L
 from poa_mc.model.profiles import decode_ms, pack_profile, prefill_ms
 from poa_mc.model.replay import table_for
 from poa_mc.model.spec import CellSpec
+from poa_mc.model.spec_policy import PICKERS
 from poa_mc.model.spec_workload import Dist
 
 _FLOW = {"prefill_first": L.FLOW_PREFILL_FIRST, "decode_first": L.FLOW_DECODE_FIRST, "aggregated": L.FLOW_AGGREGATED}
@@ -107,7 +108,7 @@ def pack_params(
     ip[L.P_MAXLOCAL] = c.max_local_prefill
     ip[L.P_POLICY] = _POLICY[pol.kind]
     ip[L.P_D] = pol.d
-    ip[L.P_ARRIVAL] = 0 if w.arrival == "closed" else 1
+    ip[L.P_ARRIVAL] = {"closed": 0, "poisson": 1, "constant": L.ARRIVAL_CONSTANT}[w.arrival]
     ip[L.P_C] = w.concurrency if w.arrival == "closed" else 0
     ip[L.P_G] = w.prefix_groups
     ip[L.P_POP] = 1 if w.popularity == "zipf" else 0
@@ -190,6 +191,7 @@ def pack_params(
     fp[L.F_LLMD_WP] = pol.prefix_weight
     fp[L.F_LLMD_WK] = pol.kv_util_weight
     fp[L.F_LLMD_WQ] = pol.queue_weight
+    ip[L.P_LLMD_PICK] = PICKERS.index(pol.picker)
     fp[L.F_SGL_CACHE] = pol.cache_threshold
     fp[L.F_SGL_ABS] = pol.balance_abs_threshold
     fp[L.F_SGL_REL] = pol.balance_rel_threshold

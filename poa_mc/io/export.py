@@ -3,6 +3,7 @@
     DEST/summary.<ext>   summary.parquet          DEST/manifest.json   a copy of DIR/manifest.json
     DEST/poa.<ext>       poa.parquet
     DEST/cells.<ext>     cells.parquet
+    DEST/stages.<ext>    stages.parquet, where the grid has a [schedule]
     DEST/samples.<ext>   every samples/cell_id=<id>/part.parquet, with `cell_id` first (samples=True)
 
 `<ext>` is `csv` or `ndjson` (format "json": one JSON object per line, "JSON Lines"). The layout,
@@ -87,7 +88,8 @@ def _check_run_dir(run_dir: Path) -> list[Path]:
     for p in paths:
         if not p.is_file():
             raise RunDirError(f"{run_dir}: no {p.name}; run `poa-mc reduce {run_dir}` first")
-    return paths
+    stages = RunDir(run_dir).stages_path  # a [schedule]'s stages (docs/schedules.md)
+    return paths + ([stages] if stages.is_file() else [])
 
 
 def _prepare_dest(dest: Path) -> bool:
@@ -158,7 +160,8 @@ def export_run(
     *,
     samples: bool = False,
 ) -> ExportResult:
-    """Write the summary, poa and cells tables of `run_dir` (and its samples) into `dest`.
+    """Write the summary, poa and cells tables of `run_dir` (its stages where it has them, and its
+    samples) into `dest`.
 
     fmt: "csv" (nested columns flattened, see `flatten_for_csv`) or "json" (NDJSON, arrays kept).
     Raises RunDirError when `run_dir` is no reduced run directory, ExportError on a bad `fmt` or a

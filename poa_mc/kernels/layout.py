@@ -78,7 +78,7 @@ P_MAXSEQ = 7  # max sequences per pass / running
 P_MAXLOCAL = 8  # decode_first: uncached tokens up to this prefill locally
 P_POLICY = 9  # POL_*
 P_D = 10  # power-of-d sample size
-P_ARRIVAL = 11  # 0 closed, 1 poisson
+P_ARRIVAL = 11  # 0 closed, 1 poisson, ARRIVAL_CONSTANT: open loop with equal gaps (1 / rate)
 P_C = 12  # clients (closed loop)
 P_G = 13  # prefix groups
 P_POP = 14  # 0 uniform, 1 zipf (cdf table)
@@ -148,11 +148,14 @@ P_HANDOVER = 74  # HANDOVER_*: how a prefill_first decode worker takes over a re
 P_LINKS = 75  # 1: workers sit on nodes, transfers across nodes share their node's link (poa_mc/kernels/links.py); the
 #               worker's node is then ip[NP_I + w]
 P_LINK_F = 76  # with P_LINKS: rep_f's index of node 0's link clock (one per node after it)
+LLMD_PICK_MAX, LLMD_PICK_RANDOM, LLMD_PICK_WEIGHTED = 0, 1, 2  # PolicySpec.picker's values, in order
+ARRIVAL_CONSTANT = 2  # ip[P_ARRIVAL]: arrivals 1 / rate apart (inference-perf's `constant` load)
 MAX_STAGES = 16  # a load schedule's stages at most (poa_mc/kernels/schedule.py)
 P_NSTAGE = 77  # a load schedule's stages (poa_mc/kernels/schedule.py); 0: one load for the whole run
 P_STAGE_END = 78  # MAX_STAGES entries: stage k's measured requests end before index ip[P_STAGE_END + k] (cumulative)
 P_STAGE_C = P_STAGE_END + MAX_STAGES  # MAX_STAGES entries, closed loop: stage k's concurrency
-NP_I = P_STAGE_C + MAX_STAGES
+P_LLMD_PICK = P_STAGE_C + MAX_STAGES  # llmd: its picker, LLMD_PICK_* (poa_mc/kernels/router.py)
+NP_I = P_LLMD_PICK + 1
 
 HANDOVER_MOCKER = 0  # Dynamo's mocker and replay: one reservation per pass boundary, admitted at the
 #                      first boundary after the KV arrived

@@ -14,6 +14,7 @@ import numpy as np
 
 from ._ns import Namespace
 from .layout import (
+    ARRIVAL_CONSTANT,
     F_OMEGA,
     F_STAGE_RATE,
     F_TAU,
@@ -247,9 +248,10 @@ def build(
             if trace == TRACE_TIMES:
                 rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, np.int64(0))
             else:
-                rep_f[r, RF_NEXT_ARR] = rng_exponential(
-                    key, np.int64(0), np.int64(RNG_F_GAP * 8), 1.0 / fp[F_STAGE_RATE]
-                )
+                gap = 1.0 / fp[F_STAGE_RATE]
+                if ip[P_ARRIVAL] != ARRIVAL_CONSTANT:
+                    gap = rng_exponential(key, np.int64(0), np.int64(RNG_F_GAP * 8), gap)
+                rep_f[r, RF_NEXT_ARR] = gap
         while True:
             t = INF
             for w in range(n_w):
@@ -352,9 +354,10 @@ def build(
                     else:
                         if rid + 1 == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
                             next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
-                        rep_f[r, RF_NEXT_ARR] += rng_exponential(
-                            key, rid + 1, np.int64(RNG_F_GAP * 8), 1.0 / fp[F_STAGE_RATE + rep_i[r, RI_STAGE]]
-                        )
+                        gap = 1.0 / fp[F_STAGE_RATE + rep_i[r, RI_STAGE]]
+                        if ip[P_ARRIVAL] != ARRIVAL_CONSTANT:  # Poisson: an exponential gap of that mean
+                            gap = rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), gap)
+                        rep_f[r, RF_NEXT_ARR] += gap
             # requests a modelled client sent that reach the frontend now, in the order they were
             # created: the n-th to arrive is the n-th created, and keeps that request's draws
             while client_on and rep_i[r, RI_STATUS] == 0 and client_next_due(ip, slot_f, queue, rep_i, r) <= t:

@@ -36,8 +36,11 @@ from .layout import (
     F_SGL_ABS,
     F_SGL_CACHE,
     F_SGL_REL,
+    LLMD_PICK_RANDOM,
+    LLMD_PICK_WEIGHTED,
     NWI,
     P_DKV,
+    P_LLMD_PICK,
     P_NP,
     P_PKV,
     P_PSHARE,
@@ -320,8 +323,12 @@ def build(jit, rng, cache, tiers, jit_inline=None):
 
     @jit
     def llmd(ip, fp, wk_i, pc, r, key, dec, lo, k, g, pfx, isl, bs):
-        """llm-d's scheduling profile with its max-score picker: the weighted sum of the scorers,
-        the highest score, ties at random."""
+        """llm-d's scheduling profile: the weighted sum of the scorers, then its picker. max-score:
+        the highest score, ties at random; random: any candidate alike, the scores unread;
+        weighted-random: a candidate with probability proportional to its score (A-Res, the largest
+        u^(1 / score): here the least -log(u) / score, the same order), uniform when no score is
+        above 0 (every candidate then ties at +inf)."""
+        pick = ip[P_LLMD_PICK]
         qmin = waiting_of(wk_i, r, lo)
         qmax = qmin
         for w in range(lo + 1, lo + k):
@@ -332,7 +339,12 @@ def build(jit, rng, cache, tiers, jit_inline=None):
         best_v = 0.0
         ties = np.int64(0)
         for i in range(k):
-            v = -llmd_score(ip, fp, wk_i, pc, r, lo + i, g, pfx, isl, bs, qmin, qmax)
+            if pick == LLMD_PICK_RANDOM:
+                v = 0.0
+            else:
+                v = -llmd_score(ip, fp, wk_i, pc, r, lo + i, g, pfx, isl, bs, qmin, qmax)
+                if pick == LLMD_PICK_WEIGHTED:
+                    v = math.log(uniform(key, dec, _B0 + 1 + i)) / v if v < 0.0 else math.inf
             best, best_v, ties = keep_least(key, dec, k, i, lo + i, v, best, best_v, ties)
         return best
 

@@ -40,7 +40,7 @@ from .layout import (
 )
 
 
-def build(jit, heap, jit_inline=None):
+def build(jit, heap):
     heap_push = heap.push
 
     @jit

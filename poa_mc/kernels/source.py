@@ -57,7 +57,7 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     qu = queues.build(jit, jit_inline)
     bl = blocks.build(jit, jit_inline)
     cl = client.build(jit, mt, jit_inline)
-    sc = schedule.build(jit, h, jit_inline)
+    sc = schedule.build(jit, h)
     rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, sc, jit_inline)
     lk = links.build(jit, mt)
     dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, lk, jit_inline)

@@ -29,7 +29,9 @@ POLICY_LATER_DEFAULTS = {
     "cache_threshold": 0.3,
     "balance_abs_threshold": 64,
     "balance_rel_threshold": 1.5,
+    "picker": "max_score",
 }
+PICKERS = ("max_score", "random", "weighted_random")  # llm-d's pickers; layout.py's LLMD_PICK_* in order
 
 
 def drop_policy_defaults(policy: dict) -> None:
@@ -101,7 +103,7 @@ class PolicySpec:
     hashing: no prefix is cached twice). `cache = "global"` makes the prefill workers of
     prefill_first share one LRU over their pooled blocks (the coordinated cache of the caching
     game, docs/games.md) instead of each keeping its own. `llmd` is llm-d's endpoint picker (the
-    weighted prefix, KV-utilisation and queue scores, the highest wins), `sglang` SGLang's
+    weighted prefix, KV-utilisation and queue scores, then `picker`'s choice), `sglang` SGLang's
     cache-aware router (shortest queue when imbalanced, else the best prefix match above
     cache_threshold, else the emptiest cache); docs/engine.md, "Other routers"."""
 
@@ -125,6 +127,8 @@ class PolicySpec:
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
+    # llmd: the picker after the scorers (max-score-picker, random-picker, weighted-random-picker)
+    picker: str = "max_score"
 
     def validate(self, path: str = "policy") -> None:
         if self.kind not in POLICY_KINDS:
@@ -149,6 +153,8 @@ class PolicySpec:
         for key in ("prefix_weight", "kv_util_weight", "queue_weight"):
             if not getattr(self, key) >= 0:
                 raise SpecError(f"{path}.{key}", f"must be >= 0, got {getattr(self, key)}")
+        if self.picker not in PICKERS:
+            raise SpecError(f"{path}.picker", f"must be one of {', '.join(PICKERS)}, got {self.picker!r}")
         if not 0 <= self.cache_threshold <= 1:
             raise SpecError(f"{path}.cache_threshold", f"must be within [0, 1], got {self.cache_threshold}")
         if self.balance_abs_threshold < 0:

@@ -15,7 +15,7 @@ from poa_mc.kernels.layout import MAX_STAGES  # the kernels' parameter rows hold
 from poa_mc.model.spec_error import SpecError
 
 DIST_KINDS = ("fixed", "uniform", "lognormal", "empirical")
-ARRIVALS = ("closed", "poisson")
+ARRIVALS = ("closed", "poisson", "constant")
 POPULARITIES = ("uniform", "zipf")
 
 
@@ -175,8 +175,8 @@ class WorkloadSpec:
             raise SpecError(f"{path}.arrival", f"must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
         if self.arrival == "closed" and self.concurrency < 1:
             raise SpecError(f"{path}.concurrency", f"must be >= 1 for a closed loop, got {self.concurrency}")
-        if self.arrival == "poisson" and not self.rate_rps > 0:
-            raise SpecError(f"{path}.rate", f"must be > 0 req/s for Poisson arrivals, got {self.rate_rps}")
+        if self.arrival != "closed" and not self.rate_rps > 0:
+            raise SpecError(f"{path}.rate", f"must be > 0 req/s for {self.arrival} arrivals, got {self.rate_rps}")
         if not self.think_ms >= 0:
             raise SpecError(f"{path}.think_ms", f"must be >= 0, got {self.think_ms}")
         if self.schedule:
@@ -196,7 +196,7 @@ class WorkloadSpec:
                 raise SpecError(f"schedule.load[{k}]", f"a concurrency must be a whole number, got {st.load}")
         if self.arrival == "closed" and self.concurrency != max(int(st.load) for st in self.schedule):
             raise SpecError("workload.concurrency", "must be the schedule's largest concurrency")
-        if self.arrival == "poisson" and self.rate_rps != self.schedule[0].load:
+        if self.arrival != "closed" and self.rate_rps != self.schedule[0].load:
             raise SpecError("workload.rate", "must be the schedule's first rate")
 
     def stage_ends(self) -> tuple[int, ...]:

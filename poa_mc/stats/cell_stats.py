@@ -143,9 +143,9 @@ def cell_stats(
             _put(row, f"regime_share_{name}", clip_share(t_interval(share)))
         _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
-    if spec.workload.arrival == "poisson" and steady and not spec.workload.schedule:
+    if open_loop and steady and not spec.workload.schedule:
         _stability(row, float(spec.workload.rate_rps))
-    elif spec.workload.arrival == "poisson" and not spec.workload.schedule:
+    elif open_loop and not spec.workload.schedule:
         row["offered_rps"] = float(spec.workload.rate_rps)
 
     social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}
