@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import P_G2CAP, P_TRACE, TRACE_NONE
+from .layout import P_G2CAP, P_NSTAGE, P_TRACE, TRACE_NONE
 
 
 def lean(ip: np.ndarray) -> bool:
-    """True if the lean build can run this cell: no lower KV tiers, no replayed trace (the CPU
-    target's two builds, poa_mc/kernels/cpu.py; a batch's cells all run the same one)."""
-    return int(ip[P_G2CAP]) == 0 and int(ip[P_TRACE]) == TRACE_NONE
+    """True if the lean build can run this cell: no lower KV tiers, no replayed trace, no load
+    schedule (the CPU target's two builds, poa_mc/kernels/cpu.py; a batch's cells all run the same
+    one)."""
+    return int(ip[P_G2CAP]) == 0 and int(ip[P_TRACE]) == TRACE_NONE and int(ip[P_NSTAGE]) == 0
 
 
 def stack(ips: list[np.ndarray], fps: list[np.ndarray], tabss: list[np.ndarray]) -> tuple[np.ndarray, ...]:

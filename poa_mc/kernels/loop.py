@@ -145,6 +145,7 @@ def build(
     tiers_conserved = tiers.conserved
     schedule_start = schedule.start
     next_stage = schedule.next_stage
+    staged_on = schedule.enabled  # a compile-time constant: False in the lean build (source.build)
     trace_on = replay.enabled  # a compile-time constant: False in the lean build (source.build)
 
     @jit_inline
@@ -321,12 +322,13 @@ def build(
                     rep_i[r, RI_HEAPN] = 0
                     break
                 if closed:
-                    if rep_i[r, RI_NOPEN] == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
+                    if staged_on and rep_i[r, RI_NOPEN] == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage
                         next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
                     if rep_i[r, RI_HEAPN] == 0 or heap_t[r, 0] > t:
                         break
                     s = heap_pop(heap_t, heap_c, rep_i, r)
-                    rep_i[r, RI_NOPEN] += 1
+                    if staged_on:  # a closed loop counts its creations for its schedule only
+                        rep_i[r, RI_NOPEN] += 1
                     kc = np.int64(slot_i[r, s, SI_KCOUNT])
                     slot_i[r, s, SI_KCOUNT] = kc + 1
                     rid = rng_client_request_id(s, kc)
@@ -352,9 +354,12 @@ def build(
                     if trace == TRACE_TIMES:
                         rep_f[r, RF_NEXT_ARR] = replay_arrival_ms(ip, fp, tabs, rep_i, rep_f, r, rid + 1)
                     else:
-                        if rid + 1 == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
-                            next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
-                        gap = 1.0 / fp[F_STAGE_RATE + rep_i[r, RI_STAGE]]
+                        stage = np.int64(0)
+                        if staged_on:
+                            if rid + 1 == rep_i[r, RI_STAGE_AT]:  # a schedule's next stage begins
+                                next_stage(ip, queue, heap_t, heap_c, rep_i, r, n_w + 1, t)
+                            stage = rep_i[r, RI_STAGE]
+                        gap = 1.0 / fp[F_STAGE_RATE + stage]
                         if ip[P_ARRIVAL] != ARRIVAL_CONSTANT:  # Poisson: an exponential gap of that mean
                             gap = rng_exponential(key, rid + 1, np.int64(RNG_F_GAP * 8), gap)
                         rep_f[r, RF_NEXT_ARR] += gap

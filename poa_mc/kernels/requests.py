@@ -124,6 +124,7 @@ from .layout import (
 def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client, schedule, jit_inline=None):
     jit_inline = jit_inline or jit
     park = schedule.park
+    staged_on = schedule.enabled  # a compile-time constant: False in the lean build (source.build)
     client_release = client.release
     cache_release = cache.release
     count_in_flight = meters.count_in_flight
@@ -323,7 +324,7 @@ def build(jit, rng, cache, router, heap, planner, replay, meters, blocks, client
             elif fp[F_THINK] > 0.0:
                 rid = rng_client_request_id(c, np.int64(slot_i[r, s, SI_KCOUNT]))
                 wake = t + rng_exponential(key, rid, np.int64(RNG_F_THINK * 8), fp[F_THINK])
-            if c < rep_i[r, RI_CACT]:
+            if not staged_on or c < rep_i[r, RI_CACT]:
                 heap_push(heap_t, heap_c, rep_i, r, wake, c)
             else:  # a schedule's stage with fewer clients (poa_mc/kernels/schedule.py)
                 park(queue, rep_i, r, ip[P_NP] + ip[P_ND] + 1, c)

@@ -40,7 +40,9 @@ from .layout import (
 )
 
 
-def build(jit, heap):
+def build(jit, heap, enabled=True):
+    """enabled=False: a build for cells without a schedule (source.build, lean): the event loop's
+    stage comparisons and the creation count compile out."""
     heap_push = heap.push
 
     @jit
@@ -99,4 +101,4 @@ def build(jit, heap):
             rep_i[r, RI_FREE_TOP] = kept
         rep_i[r, RI_CACT] = target
 
-    return Namespace(park=park, start=start, next_stage=next_stage)
+    return Namespace(enabled=enabled, park=park, start=start, next_stage=next_stage)

@@ -38,8 +38,8 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     each, and removing those calls made the engine 1.5x faster for about 10 s more compilation
     (bench/NOTES.md). NVVM inlines device functions by itself, so CUDA passes its plain `jit`.
 
-    `lean=True` builds the same simulation for cells without lower KV tiers and without a replayed
-    trace: those features' branches are constants there and compile out of the inlined event loop
+    `lean=True` builds the same simulation for cells without lower KV tiers, a replayed trace or a
+    load schedule: those features' branches are constants there and compile out of the inlined event loop
     (a smaller loop the CPU runs about 15% faster, bench/RESULTS.md). A cell gives the same results
     from either build; poa_mc/kernels/cpu.py picks the lean one for the cells it can run.
 
@@ -57,7 +57,7 @@ def build(jit, jit_inline=None, lean: bool = False, fixed=None) -> Namespace:
     qu = queues.build(jit, jit_inline)
     bl = blocks.build(jit, jit_inline)
     cl = client.build(jit, mt, jit_inline)
-    sc = schedule.build(jit, h)
+    sc = schedule.build(jit, h, enabled=not lean)
     rq = requests.build(jit, r, c, ro, h, pl, rp, mt, bl, cl, sc, jit_inline)
     lk = links.build(jit, mt)
     dc = decode.build(jit, c, ctl, pl, tm, mt, qu, bl, rq, lk, jit_inline)
