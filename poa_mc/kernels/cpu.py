@@ -378,9 +378,11 @@ _compiled: set[str] = set()
 # clamped span among them; bench/inline_report.py lists them). The lean build, which runs every
 # cell without lower tiers or a trace, takes 6000: 2-6% faster than at 3000 for 5% more compile
 # time; the full build's compile grew 10% for it, and it keeps 3000. Measured in bench/NOTES.md.
+# llm-d's pickers grew the router's choose past 6000 (out of line again, twice, and the reference
+# cell 2.7% slower); at 7000 it is inlined as before, the lean build's compile unchanged (88 s).
 # It is part of the cached code's key: this file is hashed into the cache directory's name
 # (_cache.py), so a change of it never loads code built under another budget.
-INLINE_THRESHOLD = {"lean": 6000, "full": 3000}
+INLINE_THRESHOLD = {"lean": 7000, "full": 3000}
 
 
 @contextmanager
