@@ -55,6 +55,8 @@ def cell_stats(
         raise ValueError(f"cell {cell['cell_id']}: replicas have unequal request counts")
     n = int(n_req[0])
     spec = spec_from_json(cell["spec_json"])
+    staged = bool(spec.workload.schedule)  # a schedule's whole run: no one steady state either
+    steady = steady and not staged
     row: dict[str, Any] = {"cell_id": cell["cell_id"], "replicas": r, "requests": n}
 
     def mean(name: str) -> np.ndarray:
@@ -124,8 +126,8 @@ def cell_stats(
     warm = warmup_check(acc.get("batch_ttft"), n, warmup, rho, n_p)
     # a schedule's run moves from load to load, and a stage may be a transient on purpose: its drift
     # says how far from a steady state a stage was, and no warm-up is suggested for either
-    row["warmup_drift"] = warm.drift if not spec.workload.schedule else None
-    row["warmup_suggested"] = warm.suggested if warm.transient and steady and not spec.workload.schedule else None
+    row["warmup_drift"] = None if staged else warm.drift
+    row["warmup_suggested"] = warm.suggested if warm.transient and steady else None
 
     stage, _, k = spec.cluster.poa_stage(poa.get("stage", "auto"))
     row["poa_stage"], row["poa_candidates"] = stage, k
@@ -143,9 +145,9 @@ def cell_stats(
             _put(row, f"regime_share_{name}", clip_share(t_interval(share)))
         _put(row, "regime_switches", t_interval(acc["replica_switches"].astype(np.float64)))
 
-    if open_loop and steady and not spec.workload.schedule:
+    if open_loop and steady:
         _stability(row, float(spec.workload.rate_rps))
-    elif open_loop and not spec.workload.schedule:
+    elif open_loop and not staged:
         row["offered_rps"] = float(spec.workload.rate_rps)
 
     social = {kind: social_cost_per_replica(kind, acc) for kind in SOCIAL_COSTS}

@@ -28,6 +28,13 @@ from poa_mc.model.spec_json import spec_from_json, spec_to_json
 from poa_mc.stats.accumulate import accumulate
 from poa_mc.stats.cell_stats import cell_stats
 
+
+def bench_span_s(arrival_ms: np.ndarray, e2e_ms: np.ndarray) -> np.ndarray:
+    """Per replica (rows), seconds from the first arrival to the last completion of the requests
+    (columns): the span a benchmark divides a stage's requests by (cell_stats.request_rate)."""
+    return ((arrival_ms + e2e_ms).max(axis=1) - arrival_ms.min(axis=1)) / 1000.0
+
+
 STAGE_COLUMNS = ("cell_id", "stage", "stage_load", "stage_requests", "stage_start_ms", "stage_end_ms")
 
 
@@ -55,7 +62,7 @@ def stage_rows(
         acc = accumulate(part, {}, stage_spec, poa, slo)
         arrival = part["arrival_ms"]
         last_done = (arrival + part["e2e_ms"]).max(axis=1)
-        acc["bench_span_s"] = (last_done - arrival.min(axis=1)) / 1000.0
+        acc["bench_span_s"] = bench_span_s(arrival, part["e2e_ms"])
         stats = cell_stats(acc, {**cell, "spec_json": spec_to_json(stage_spec)}, poa, steady=False)
         row = {
             "cell_id": cell["cell_id"],

@@ -27,6 +27,7 @@ from poa_mc.model.spec_cluster import ClusterSpec
 from poa_mc.model.spec_profile import ProfileSpec
 from poa_mc.run.calibrate.deployment import CLUSTER_PARAMS, FIGURES, Deployment
 from poa_mc.stats.cell_stats import request_rate
+from poa_mc.stats.stages import bench_span_s
 
 _PREFILL = ("p0", "p1", "p2", "prefill_ms")
 _DECODE = ("d0", "d1", "d2", "d_min", "decode_ms")
@@ -83,7 +84,7 @@ def cell_figures(res, figures: Sequence[str], open_loop: bool = False, stage: sl
             replica_done_in_window=rep["done_in_window"],
         )
     else:
-        tallies["bench_span_s"] = ((s["arrival_ms"] + s["e2e_ms"]).max(axis=1) - s["arrival_ms"].min(axis=1)) / 1e3
+        tallies["bench_span_s"] = bench_span_s(s["arrival_ms"], s["e2e_ms"])
     num, den = request_rate(tallies, n, open_loop=open_loop)
     per = {
         "ttft_ms": ttft,
